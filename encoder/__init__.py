@@ -1,0 +1,1 @@
+"""Text -> Aggretriever / DHR / DLR / fusion / [CLS] vectors (DESIGN §1–§3)."""

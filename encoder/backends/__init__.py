@@ -1,0 +1,1 @@
+"""Encoder backends: torch (real checkpoints), onnx, and a deterministic fake for tests."""

@@ -1,0 +1,123 @@
+"""A deterministic encoder without weights, for batcher, index and API tests.
+
+Words are hashed to vocabulary ids; each word has a fixed weight and a fixed
+random dense direction. The lexical vector goes through the real §2 math
+(densify, aggregate), so gates and GIP behave like the real thing. Knobs for
+fault and load tests: ``delay_s`` per forward, ``fail_when`` a predicate on the
+texts' token ids that makes the forward raise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from encoder import representations as R
+from encoder.base import GATED_KINDS, Encoded, Encoder, EncoderSpec, Kind, Role, TokenizedText
+
+CLS_ID, SEP_ID, PAD_ID = 101, 102, 0
+
+
+class FakeEncoderError(RuntimeError):
+    """Raised by a fault-injected forward."""
+
+
+class FakeEncoder(Encoder):
+    def __init__(
+        self,
+        kind: Kind = "dhr",
+        *,
+        vocab_size: int = 30522,
+        dlr_dim: int = 768,
+        dense_dim: int = 128,
+        agg_dim: int = 640,
+        lam: float = 1.0,
+        max_query_length: int = 32,
+        max_passage_length: int = 128,
+        delay_s: float = 0.0,
+        fail_when: Callable[[Sequence[TokenizedText]], bool] | None = None,
+    ):
+        self.vocab_size = vocab_size
+        self.dense_dim = dense_dim
+        self.delay_s = delay_s
+        self.fail_when = fail_when
+        self.batch_sizes: list[int] = []
+        self._lock = threading.Lock()
+        self._vocab: dict[int, str] = {}
+        gated = dlr_dim if kind in GATED_KINDS else 0
+        dim = {"aggretriever": agg_dim + dense_dim, "dlr": dlr_dim, "cls": dense_dim}.get(kind, dlr_dim + dense_dim)
+        self.spec = EncoderSpec(
+            kind=kind,
+            dim=dim,
+            gated_dim=gated,
+            lam=lam,
+            lexical=None if kind == "cls" else "splade",
+            agg_dim=agg_dim if kind == "aggretriever" else None,
+            dlr_dim=dlr_dim if gated else None,
+            pooling="mean" if kind == "cls" else None,
+            max_query_length=max_query_length,
+            max_passage_length=max_passage_length,
+            vocab_size=vocab_size,
+            model_id=f"fake-{kind}",
+            weights_hash=f"fake-{kind}-{vocab_size}-{dlr_dim}-{dense_dim}-{agg_dim}",
+        )
+
+    # -- tokenization -------------------------------------------------------
+    def _word_id(self, word: str) -> int:
+        token_id = 1000 + zlib.crc32(word.encode("utf-8")) % (self.vocab_size - 1000)
+        self._vocab.setdefault(token_id, word)
+        return token_id
+
+    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
+        limit = self.spec.max_length(role) - 2
+        out = []
+        for text in texts:
+            words = text.lower().split()
+            ids = [CLS_ID, *(self._word_id(w) for w in words[:limit]), SEP_ID]
+            out.append(TokenizedText({"fake": ids}, truncated=len(words) > limit))
+        return out
+
+    def term(self, token_id: int) -> str:
+        return self._vocab.get(token_id, f"[unused{token_id}]")
+
+    # -- forward ------------------------------------------------------------
+    def _dense(self, ids: list[int]) -> np.ndarray:
+        vec = np.zeros(self.dense_dim, dtype=np.float64)
+        for token_id in ids:
+            vec += np.random.default_rng(token_id).standard_normal(self.dense_dim)
+        return (vec / max(np.linalg.norm(vec), 1e-12)).astype(np.float32)
+
+    def _lexical(self, ids: list[int]) -> torch.Tensor:
+        v = torch.zeros(self.vocab_size)
+        for token_id in ids[1:]:
+            weight = 0.5 + (token_id % 97) / 97.0
+            v[token_id] = max(float(v[token_id]), weight)
+        return v
+
+    def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
+        with self._lock:
+            self.batch_sizes.append(len(items))
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail_when is not None and self.fail_when(items):
+            raise FakeEncoderError("injected forward failure")
+        if not items:
+            dim, gated = self.spec.dim, self.spec.gated_dim
+            return Encoded(np.zeros((0, dim), np.float32), np.zeros((0, gated), np.uint8) if gated else None)
+        ids = [item.ids["fake"] for item in items]
+        dense = torch.from_numpy(np.stack([self._dense(i) for i in ids]))
+        if self.spec.kind == "cls":
+            return Encoded(dense.numpy())
+        lexical = torch.stack([self._lexical(i) for i in ids])
+        if self.spec.kind == "aggretriever":
+            agg = R.aggregate_full(lexical, self.spec.agg_dim)
+            return Encoded(torch.cat([agg, dense], 1).numpy().astype(np.float32))
+        values, gates = R.densify(lexical, self.spec.dlr_dim)
+        if self.spec.kind != "dlr":
+            values = torch.cat([values, dense], 1)
+        return Encoded(values.numpy().astype(np.float32), gates.numpy())

@@ -1,0 +1,129 @@
+"""What every encoder promises the index and the service.
+
+An encoder turns texts into rows of one vector layout:
+
+    values (N, dim) float32 = [gated part (gated_dim) ; open part (dim - gated_dim)]
+    gates  (N, gated_dim) uint8, or None when gated_dim == 0
+
+The gated part is a DLR (§2.5) whose dims only count when query and passage
+gates agree; the open part is scored by a plain inner product. For ``dhr`` and
+``fusion`` the open part is the dense vector, which the *searcher* scales by λ
+on the query side; encoders always return it unscaled, so passage vectors in an
+index and query vectors from ``/encode`` are both raw.
+
+Tokenization is split from the forward so the service can tokenize on request
+threads and batch the forwards on one worker: ``tokenize`` gives one
+:class:`TokenizedText` per text, ``encode_tokenized`` pads and runs them.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+
+Role = Literal["query", "passage"]
+ROLES: tuple[Role, ...] = ("query", "passage")
+Kind = Literal["aggretriever", "dhr", "dlr", "fusion", "cls"]
+KINDS: tuple[Kind, ...] = ("aggretriever", "dhr", "dlr", "fusion", "cls")
+GATED_KINDS: frozenset[str] = frozenset({"dhr", "dlr", "fusion"})
+SCALED_KINDS: frozenset[str] = frozenset({"dhr", "fusion"})
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """Everything an index must record to be served by the same encoder again."""
+
+    kind: Kind
+    dim: int
+    gated_dim: int = 0
+    lam: float = 1.0
+    skip_mlm: bool = False
+    # how the V-dim lexical vector is made: "delade" (§2.1 term-weighted MLM),
+    # "skip_mlm" (§2.2) or "splade" (§2.3); None for ``cls``
+    lexical: Literal["delade", "skip_mlm", "splade"] | None = None
+    agg_dim: int | None = None
+    dlr_dim: int | None = None
+    pooling: Literal["cls", "mean"] | None = None
+    normalize: bool = False
+    max_query_length: int = 32
+    max_passage_length: int = 128
+    vocab_size: int | None = None
+    model_id: str = ""
+    dense_model_id: str | None = None
+    weights_hash: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EncoderSpec":
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown encoder spec fields: {sorted(unknown)}")
+        return cls(**data)
+
+    def max_length(self, role: Role) -> int:
+        return self.max_query_length if role == "query" else self.max_passage_length
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """values (N, dim) float32 and gates (N, gated_dim) uint8 or None."""
+
+    values: np.ndarray
+    gates: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, rows) -> "Encoded":
+        return Encoded(self.values[rows], None if self.gates is None else self.gates[rows])
+
+    @staticmethod
+    def concat(parts: Sequence["Encoded"]) -> "Encoded":
+        values = np.concatenate([p.values for p in parts], axis=0)
+        gates = None if parts[0].gates is None else np.concatenate([p.gates for p in parts], axis=0)
+        return Encoded(values, gates)
+
+
+@dataclass(frozen=True)
+class TokenizedText:
+    """One text's token ids per sub-model (``fusion`` has two), unpadded and truncated."""
+
+    ids: dict[str, list[int]]
+    truncated: bool = False
+
+    @property
+    def length(self) -> int:
+        return max(len(v) for v in self.ids.values())
+
+
+class Encoder(abc.ABC):
+    """Texts -> :class:`Encoded` for one role, with the layout of :attr:`spec`."""
+
+    spec: EncoderSpec
+
+    @abc.abstractmethod
+    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
+        """Token ids, truncated to the role's max length. Safe to call from any thread."""
+
+    @abc.abstractmethod
+    def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
+        """Pad and encode; memory is bounded whatever ``len(items)`` is."""
+
+    def encode(self, texts: Sequence[str], role: Role) -> Encoded:
+        return self.encode_tokenized(self.tokenize(texts, role), role)
+
+    @abc.abstractmethod
+    def term(self, token_id: int) -> str:
+        """The vocabulary entry behind a token id (for ``explain``)."""
+
+    @property
+    def device(self) -> str:
+        return "cpu"
