@@ -38,6 +38,12 @@ def models_fetch(names: list[str] = typer.Argument(..., help="model names, e.g. 
         console.print(f"{name}: {path}")
 
 
+# -- index build, search, eval (service/index_cli.py) --
+from service import index_cli  # noqa: E402
+
+index_cli.register(app)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app()
