@@ -185,3 +185,9 @@ def test_cli_build_search_eval_with_fake_model(tmp_path):
     assert broken.exit_code == 2 and "no such index directory" in " ".join(broken.output.split())
     mismatch = runner.invoke(app, ["search", "--index", str(tmp_path / "ix"), "--model", "fake:dhr", "x"])
     assert mismatch.exit_code == 2 and "does not match the index" in " ".join(mismatch.output.split())
+
+
+def test_progress_is_reported_per_batch():
+    seen = []
+    encode_passages(FakeEncoder("cls"), [f"text {i}" for i in range(10)], 4, seen.append)
+    assert seen == [4, 4, 2]
