@@ -66,7 +66,7 @@ def encode(
     try:
         enc = encoder.load()
     except (EncoderError, zoo.ZooError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from exc
     encoded = encode_texts(enc, texts, role.value, batch_size)
     if output is None:
