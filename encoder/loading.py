@@ -25,7 +25,7 @@ from encoder import zoo
 from encoder.backbone import Backbone
 from encoder.base import GATED_KINDS, KINDS, Encoder, EncoderSpec
 from encoder.device import pick_device
-from encoder.encoders import ENCODER_CLASSES, CLSEncoder, DLREncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
+from encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
 from encoder.errors import ModelDirError
 from encoder.heads import POOLER, TERM_WEIGHT, head_exists, load_head, save_head
 from encoder.model_dir import (

@@ -174,6 +174,7 @@ def test_length_chunks_respect_budget_and_cover_every_row():
         longest = max(lengths[i] for i in chunk)
         assert len(chunk) * longest <= 512 or len(chunk) == 1
     assert length_chunks([600, 3], 512) == [[0], [1]]
+    assert [len(c) for c in length_chunks([2] * 10, 512, max_rows=4)] == [4, 4, 2]
     assert length_chunks([], 512) == []
 
 
@@ -194,6 +195,7 @@ def test_mlm_batches_are_chunked_to_bound_memory(tiny_bert_dir):
         hook.remove()
     assert len(shapes) > 1 and sum(b for b, _ in shapes) == 12
     assert all(b * length <= encoder.token_budget for b, length in shapes)
+    assert encoder.max_rows * V * 4 <= 32 * 2**20  # short texts: the (rows, V) lexical vectors stay small
     encoder.token_budget = 10**9  # one forward: same result
     _assert_same(encoder.encode_tokenized(items[:7], "passage"), chunked[:7])
 
