@@ -62,10 +62,10 @@ def encode(
     """Encode texts into the model's vectors (and DLR gates)."""
     from service.encode_output import encode_texts, print_json_lines, read_texts, summary, write_npz
 
-    texts = read_texts(input)
     try:
+        texts = read_texts(input)
         enc = encoder.load()
-    except (EncoderError, zoo.ZooError) as exc:
+    except (OSError, UnicodeDecodeError, EncoderError, zoo.ZooError) as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from exc
     encoded = encode_texts(enc, texts, role.value, batch_size)

@@ -59,3 +59,9 @@ def test_encode_reports_a_missing_kind(tiny_bert_dir, tmp_path):
     assert result.exit_code == 2
     assert "records the kind" in result.output
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_encode_reports_a_missing_input_file(tiny_bert_dir, tmp_path):
+    args = ["encode", "-m", str(tiny_bert_dir), "--kind", "dlr", "--role", "query", "--input", str(tmp_path / "no.txt")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "no.txt" in result.output
