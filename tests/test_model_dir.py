@@ -135,3 +135,9 @@ def test_weights_hash_is_stable_and_content_sensitive(broken, tiny_bert_dir):
     assert weights_hash([broken]) != weights_hash([tiny_bert_dir])
     with pytest.raises(ModelDirError, match="no weight files"):
         weights_hash([broken / "nothing-here"])
+
+
+def test_dlr_dim_too_small_for_uint8_gates(tiny_bert_dir):
+    with pytest.raises(ModelDirError, match="uint8 gates hold 256"):
+        load_encoder(str(tiny_bert_dir), kind="dlr", dlr_dim=64)
+    assert load_encoder(str(tiny_bert_dir), kind="dlr", dlr_dim=128).spec.gated_dim == 128
