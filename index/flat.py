@@ -54,6 +54,9 @@ def train_sample(n: int, pq: PQConfig) -> np.ndarray:
 
 def train(index: faiss.Index, xt: np.ndarray, pq: PQConfig) -> None:
     """Train a PQ index on ``xt (T, dim)`` float32; single-threaded so the codebooks are reproducible."""
+    if len(xt) < 2 ** pq.nbits:
+        raise ValueError(f"PQ with {pq.nbits} bits needs at least {2 ** pq.nbits} passages to train, got {len(xt)}; "
+                         "use fewer --pq-nbits or the exact FlatIP first stage")
     index.pq.cp.seed = pq.seed
     with omp_threads(1):
         index.train(np.ascontiguousarray(xt, dtype=np.float32))

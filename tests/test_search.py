@@ -192,3 +192,8 @@ def test_single_thread_setting_stays_in_the_calling_thread():
     main_view.set()
     worker.join(5)
     assert seen == [before + 1, True] and faiss.omp_get_max_threads() == before
+
+
+def test_pq_with_too_few_passages_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="at least 256 passages"):
+        make_index(tmp_path, "cls", n=100, dense=16, pq=flat.PQConfig(m=4, nbits=8))
