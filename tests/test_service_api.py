@@ -149,6 +149,8 @@ def test_timing_body_and_server_timing_header_agree(client):
     assert all(v >= 0 for v in timing.values()) and timing["total_ms"] >= timing["encode_ms"]
     stages = parse_server_timing(r.headers["server-timing"])
     assert stages == {name.removesuffix("_ms"): value for name, value in timing.items()}
+    for response in (client.get("/info"), client.post("/search", json={"query": ""})):
+        assert set(parse_server_timing(response.headers["server-timing"])) == {"total"}
 
 
 def test_request_id_is_echoed_or_made(client):
