@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from encoder.backends.fake import FakeEncoder
-from index.store import VALUES, load_index
+from index.store import VALUES
 from service.app import create_app
 from service.runtime import StartupError, load_components
 from service.settings import ServiceSettings
