@@ -43,6 +43,83 @@ def models_fetch(names: list[str] = typer.Argument(..., help="model names, e.g. 
         console.print(f"{name}: {path}")
 
 
+# -- serve (issue 4) -------------------------------------------------------------
+@app.command("serve")
+def serve_command(
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="index directory (its manifest names the model)"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="model dir or zoo name; must match the index"),
+    kind: Optional[str] = typer.Option(None, "--kind", help="model kind when the model dir does not record it"),
+    dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: CUDA if present)"),
+    host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="padded tokens per forward"),
+    max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [2]"),
+    queue_size: Optional[int] = typer.Option(None, "--queue-size", help="texts queued before 429 [1024]"),
+    max_k: Optional[int] = typer.Option(None, "--max-k", help="largest k [1000]"),
+    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", help="largest first-stage depth [10000]"),
+    max_request_texts: Optional[int] = typer.Option(None, "--max-request-texts", help="queries/texts per request"),
+    max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="largest request body [1 MiB]"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer <key>' "
+                                          "(prefer the DENSEHYBRID_API_KEY environment variable)"),
+    cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING [INFO]"),
+    log_json: Optional[bool] = typer.Option(None, "--log-json/--log-plain", help="JSON log lines [json]"),
+) -> None:
+    """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
+    from pydantic import ValidationError
+
+    from service.serve import StartupError, serve, settings_from
+
+    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, host=host, port=port,
+                 max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
+                 queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
+                 max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
+                 cors_origins=cors_origin or None, log_level=log_level, log_json=log_json)
+    try:
+        serve(settings_from(flags))
+    except ValidationError as exc:
+        console.print(f"[red]error:[/red] invalid settings: {exc}")
+        raise typer.Exit(2) from exc
+    except StartupError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+# -- demo (issue 4) ----------------------------------------------------------------
+@app.command("demo")
+def demo_command(
+    passages: int = typer.Option(2000, "--passages", min=10, help="stdlib docstring passages to index"),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="where corpus and index go [cache/demo]"),
+    host: str = typer.Option("127.0.0.1", "--host", help="listen address"),
+    port: int = typer.Option(8000, "--port", "-p", help="listen port"),
+    rebuild: bool = typer.Option(False, "--rebuild", help="build the index again even if one exists"),
+) -> None:
+    """Fetch the offline models, index the Python stdlib docstrings, serve them, print curl examples."""
+    from service import demo
+    from service import logging as service_logging
+    from service.serve import StartupError, serve, settings_from
+
+    service_logging.configure("INFO", json_lines=False)
+    index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
+    url = f"http://{host}:{port}"
+    console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
+    console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
+    console.print()
+    try:
+        serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
+    except StartupError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+# -- index build, search, eval (service/index_cli.py) --
+from service import index_cli  # noqa: E402
+
+index_cli.register(app)
+
+
 # -- encode (issue 2) -------------------------------------------------------------
 class RoleChoice(str, Enum):
     query = "query"
