@@ -46,7 +46,7 @@ fi
 if [ "$variant" = cpu ]; then
     pip install "$src"
 else
-    pip install "$src[gpu]"
+    pip install "${src}[gpu]"
     # faiss-cpu/faiss-gpu-cu12 and onnxruntime/onnxruntime-gpu install the same
     # import packages (faiss, onnxruntime); whichever lands last wins. Remove the
     # CPU twins and reinstall the GPU builds so their files are the ones left.
