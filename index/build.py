@@ -73,7 +73,8 @@ def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int) -> 
     return encoded[inverse]
 
 
-def _state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
+def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
+    """What a resumed build must share with the interrupted one."""
     return {
         "format_version": store.FORMAT_VERSION,
         "corpus_sha256": store.sha256_file(corpus),
@@ -120,7 +121,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     total = count_corpus(corpus)
     work = shards.work_dir(out)
-    shards.start(work, _state(encoder, corpus, options), resume=options.resume)
+    shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
     _encode_shards(encoder, corpus, work, options, total)
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
