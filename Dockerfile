@@ -13,12 +13,15 @@ ARG VARIANT=gpu
 # wheels bring their own libraries, matched here by the cu128 torch index).
 ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+# Where each variant's torch comes from. PyPI's Linux torch wheel is the CUDA
+# build (GBs of CUDA libraries): the CPU image takes the PyTorch CPU index; the
+# GPU image the CUDA 12.8 one, matching its base. Override for a mirror.
+ARG TORCH_INDEX_URL_CPU=https://download.pytorch.org/whl/cpu
+ARG TORCH_INDEX_URL_GPU=https://download.pytorch.org/whl/cu128
 
 FROM ${PYTHON_IMAGE} AS base-cpu
-ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 FROM ${CUDA_IMAGE} AS base-gpu
-ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 # Ubuntu 24.04's python3 is 3.12; ca-certificates for `models fetch` over HTTPS.
 # Versions float with the base image's security updates, hence no pins.
 # hadolint ignore=DL3008
@@ -31,7 +34,8 @@ RUN apt-get update \
 FROM base-${VARIANT} AS build
 ARG VARIANT
 ARG TORCH_VERSION=2.13.0
-ENV TORCH_VERSION=${TORCH_VERSION}
+ARG TORCH_INDEX_URL_CPU
+ARG TORCH_INDEX_URL_GPU
 WORKDIR /src
 COPY deploy/install.sh deploy/install.sh
 COPY pyproject.toml README.md ./
@@ -40,7 +44,9 @@ COPY index index
 COPY service service
 COPY benchmarks benchmarks
 RUN --mount=type=cache,target=/root/.cache/pip \
-    sh deploy/install.sh "${VARIANT}" /opt/venv /src
+    if [ "${VARIANT}" = cpu ]; then TORCH_INDEX_URL="${TORCH_INDEX_URL_CPU}"; else TORCH_INDEX_URL="${TORCH_INDEX_URL_GPU}"; fi \
+    && export TORCH_INDEX_URL TORCH_VERSION \
+    && sh deploy/install.sh "${VARIANT}" /opt/venv /src
 
 # -------------------------------------------------------------- runtime stage
 # Only the venv comes over: no sources, compilers or pip caches.

@@ -417,3 +417,38 @@ def test_every_name_and_label_in_dashboard_and_alerts_is_live(live_exposition):
 def test_label_extraction():
     expr = 'sum by (route, le) (rate(x_bucket{instance=~"$i",status=~"5.."}[1m])) / on(route) y'
     assert used_labels(expr) == {"route", "status"}
+
+
+# ------------------------------------------------------------ health probe
+def _load_healthcheck():
+    spec = importlib.util.spec_from_file_location("densehybrid_healthcheck", DEPLOY / "healthcheck.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_healthcheck_probe_follows_the_status():
+    """The HEALTHCHECK script says healthy on 200 only: not on 503 (not ready) nor when nothing listens."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200 if self.path == "/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    healthcheck = _load_healthcheck()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = str(server.server_address[1])
+        assert healthcheck.probe("/health", port) == 0
+        assert healthcheck.probe("/ready", port) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert healthcheck.probe("/health", port, timeout_s=2) == 1  # closed port
