@@ -32,14 +32,25 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 0
 fi
 
+# A mirror hiccup should not fail CI: three tries, a few seconds apart.
+retry() {
+    local attempt
+    for attempt in 1 2 3; do
+        "$@" && return 0
+        echo "install-validators: '$*' failed (try $attempt of 3)" >&2
+        sleep $((attempt * 5))
+    done
+    return 1
+}
+
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
+retry apt-get update -qq
+retry apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
 
 unpacked="$venv/validators"
 downloads=$(mktemp -d)
 chmod 0777 "$downloads"  # apt downloads as the unprivileged _apt user
-(cd "$downloads" && apt-get download -qq prometheus nginx)
+(cd "$downloads" && retry apt-get download -qq prometheus nginx)
 mkdir -p "$unpacked"
 for deb in "$downloads"/*.deb; do
     dpkg-deb -x "$deb" "$unpacked"
