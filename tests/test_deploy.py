@@ -452,3 +452,35 @@ def test_healthcheck_probe_follows_the_status():
         server.shutdown()
         server.server_close()
     assert healthcheck.probe("/health", port, timeout_s=2) == 1  # closed port
+
+
+# ------------------------------------------------------------ setup one-shot
+def _run_setup(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """deploy/setup.sh with a stand-in ``densehybrid`` that records its arguments (the real one: test_deploy_install)."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "densehybrid").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (bin_dir / "densehybrid").chmod(0o755)
+    base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DENSEHYBRID_MODEL": "splade-tiny",
+            "DENSEHYBRID_CORPUS": str(tmp_path / "corpus.jsonl"), "DENSEHYBRID_INDEX": str(tmp_path / "ix" / "default")}
+    proc = run(["sh", str(DEPLOY / "setup.sh")], env={**base, **env})
+    return proc, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_setup_fetches_then_builds(tmp_path):
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "D0", "text": "x"}\n')
+    proc, calls = _run_setup(tmp_path, DENSEHYBRID_FETCH_MODELS="splade-tiny minilm")
+    assert proc.returncode == 0, proc.stderr
+    assert calls == ["models fetch splade-tiny minilm",
+                     f"index build --model splade-tiny --corpus {tmp_path}/corpus.jsonl --out {tmp_path}/ix/default"]
+
+
+def test_setup_keeps_an_existing_index(tmp_path):
+    (tmp_path / "ix" / "default").mkdir(parents=True)
+    proc, calls = _run_setup(tmp_path)
+    assert proc.returncode == 0 and "not rebuilding" in proc.stdout and calls == []
+
+
+def test_setup_without_a_corpus_fails_clearly(tmp_path):
+    proc, calls = _run_setup(tmp_path)
+    assert proc.returncode == 1 and "corpus" in proc.stderr and calls == []
