@@ -128,6 +128,8 @@ def test_compose_gpu_stack_shape(compose):
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
     assert server["healthcheck"]["test"] == ["CMD", "densehybrid-healthcheck", "/ready"]
     assert services["setup"]["profiles"] == ["setup"]
+    # SIGKILL only after the server's own 30 s drain (service/serve.py graceful_timeout_s) has run out.
+    assert server["stop_grace_period"] == "40s"
     # Replicas share the cache and index read-only; setup writes them.
     mounts = {v["target"]: v for v in server["volumes"]}
     assert mounts["/data/indexes"]["read_only"] and mounts["/var/cache/densehybrid"]["read_only"]

@@ -2,8 +2,8 @@
 
 ``docker stop`` and a Compose scale-down send SIGTERM to the container's PID 1
 (the server, exec-form ENTRYPOINT), then SIGKILL after the grace period
-(``stop_grace_period: 30s``). The test reproduces that: the server runs as PID 1
-of a new PID namespace (``unshare --pid --fork``, as root, which CI is) and gets
+(``stop_grace_period: 40s`` in docker-compose.yml). The test reproduces that:
+the server runs as PID 1 of a new PID namespace (``unshare --pid --fork``, as root, which CI is) and gets
 SIGTERM from outside it, as from the container runtime. PID 1 matters for the
 exit code: uvicorn drains, then re-raises the signal it caught; the kernel drops
 a default-action signal that PID 1 sends itself, so the process exits 0 (a
