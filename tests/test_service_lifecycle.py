@@ -103,9 +103,14 @@ SERVER_SCRIPT = textwrap.dedent("""
     from encoder.backends.fake import FakeEncoder
     from service.app import create_app
     from service.settings import ServiceSettings
-    app = create_app(ServiceSettings(max_batch_size=1), encoder=FakeEncoder("cls", delay_s=0.4))
+    app = create_app(ServiceSettings(max_batch_size=1), encoder=FakeEncoder("cls", delay_s=0.5))
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None, timeout_graceful_shutdown=20)
 """)
+
+
+def queue_depth(url):
+    families = text_string_to_metric_families(httpx.get(url + "/metrics", timeout=5).text)
+    return next(f for f in families if f.name == "densehybrid_queue_depth").samples[0].value
 
 
 def free_port():
@@ -133,7 +138,9 @@ def test_sigterm_lets_in_flight_requests_finish():
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(httpx.post, url + "/encode", json={"texts": [f"in flight {i}"]}, timeout=30)
                        for i in range(4)]
-            time.sleep(0.3)  # all four are in the server: one encoding, three queued (~1.6 s of work)
+            while queue_depth(url) < 3:  # wait until all four are inside: one encoding, three queued
+                assert time.monotonic() < deadline + 30
+                time.sleep(0.02)
             proc.send_signal(signal.SIGTERM)
             statuses = [f.result().status_code for f in futures]
         assert statuses == [200, 200, 200, 200]
