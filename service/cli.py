@@ -86,6 +86,11 @@ def serve_command(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
 
+# -- index build, search, eval (service/index_cli.py) --
+from service import index_cli  # noqa: E402
+
+index_cli.register(app)
+
 
 # -- demo (issue 4) ----------------------------------------------------------------
 @app.command("demo")
