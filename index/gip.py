@@ -39,29 +39,41 @@ def _score_gathered(qv: torch.Tensor, qg: torch.Tensor | None, pv: torch.Tensor,
     return torch.bmm(gated, qv[:, :gated_dim, None]).squeeze(-1) + dense
 
 
+def active_dims(xq: np.ndarray, gated_dim: int) -> tuple[np.ndarray, int]:
+    """Columns that can contribute to a score: gated dims where some query is non-zero, then every
+    open dim. -> (column numbers, how many of them are gated). A DLR query is sparse, so this
+    usually keeps a small fraction of the gated dims, and skipping the rest is exact."""
+    gated = np.flatnonzero((xq[:, :gated_dim] != 0).any(axis=0))
+    return np.concatenate([gated, np.arange(gated_dim, xq.shape[1])]), len(gated)
+
+
 def score_rows(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
     """Exact GIP of each query with its own candidate rows.
 
     xq (Q, dim) float32 (already λ-scaled), gq (Q, G) uint8 or None,
     values (N, dim) float16/float32 (may be a memory map), gates (N, G) uint8 or None,
     rows (Q, K) int64 of valid row numbers -> (Q, K) float32.
-    Distinct rows are gathered once for the whole batch (the gather dominates).
+    The gather dominates, so distinct rows are gathered once for the whole batch, and only
+    the columns some query can use (``active_dims``).
     """
-    gated_dim = 0 if gates is None else gates.shape[1]
+    cols, gated = active_dims(xq, 0 if gates is None else gates.shape[1])
     q_count, k = rows.shape
     unique, inverse = np.unique(rows, return_inverse=True)
     inverse = torch.from_numpy(inverse.reshape(q_count, k))
-    pv_all = torch.from_numpy(np.ascontiguousarray(values[unique])).float()
-    pg_all = None if gates is None else torch.from_numpy(np.ascontiguousarray(gates[unique]))
-    qv = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
-    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq))
-    step = max(1, _MAX_GATHER_ELEMENTS // max(1, k * values.shape[1]))
-    out = torch.empty(q_count, k, dtype=torch.float32)
+    pv_all = torch.from_numpy(values[unique[:, None], cols[None, :]]).float()
+    pg_all = None if gates is None else torch.from_numpy(gates[unique[:, None], cols[None, :gated]])
+    qv = torch.from_numpy(np.ascontiguousarray(xq[:, cols], dtype=np.float32))
+    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq[:, cols[:gated]]))
     with torch.inference_mode():
+        if q_count == 1:  # score the gathered rows in place, no second gather
+            pg = None if pg_all is None else pg_all[None]
+            return _score_gathered(qv, qg, pv_all[None], pg, gated)[:, inverse[0]].numpy()
+        step = max(1, _MAX_GATHER_ELEMENTS // max(1, k * len(cols)))
+        out = torch.empty(q_count, k, dtype=torch.float32)
         for s in range(0, q_count, step):
             idx = inverse[s:s + step]
             pg = None if pg_all is None else pg_all[idx]
-            out[s:s + step] = _score_gathered(qv[s:s + step], None if qg is None else qg[s:s + step], pv_all[idx], pg, gated_dim)
+            out[s:s + step] = _score_gathered(qv[s:s + step], None if qg is None else qg[s:s + step], pv_all[idx], pg, gated)
     return out.numpy()
 
 
