@@ -2,8 +2,12 @@
 
 Already covered elsewhere, not repeated here: a failing forward fails only its batch
 (tests/test_batcher.py, tests/test_service_api.py::test_failed_forward_is_500_for_its_batch_only),
-SIGTERM drains in-flight requests (tests/test_deploy_sigterm.py), checksum/size/shape errors of the
-index loader (tests/test_index_store.py). This file checks what a deployment sees: the server process.
+SIGTERM drains in-flight requests (tests/test_service_lifecycle.py, and as PID 1 in a container:
+tests/test_deploy_sigterm.py), one disconnecting client and one flipped byte refused by ``serve``
+(tests/test_service_lifecycle.py), every loader check in-process (tests/test_index_store.py).
+Added here: many clients leaving free their queue places at once (not when the worker reaches them),
+on /search too; other damage through the real ``serve`` command; a real model's kind or weights
+not matching the index, end to end.
 """
 
 import concurrent.futures
@@ -107,12 +111,6 @@ def corrupt_copy(index: Path, target: Path, damage) -> Path:
     return target
 
 
-def flip_byte(path: Path, at: int = -100) -> None:
-    data = bytearray(path.read_bytes())
-    data[at] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def _recount(d: Path) -> None:
     manifest = json.loads((d / "manifest.json").read_text())
     manifest["count"] += 1
@@ -120,7 +118,6 @@ def _recount(d: Path) -> None:
 
 
 DAMAGES = {
-    "flipped values": (lambda d: flip_byte(d / "values.npy"), ["values.npy", "checksum"]),
     "truncated faiss": (lambda d: (d / "first_stage.faiss").write_bytes((d / "first_stage.faiss").read_bytes()[:999]),
                         ["first_stage.faiss", "truncated"]),
     "missing manifest": (lambda d: (d / "manifest.json").unlink(), ["manifest.json", "missing"]),
