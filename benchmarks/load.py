@@ -77,6 +77,7 @@ class Phase:
     latencies_ms: list[float] = field(default_factory=list)  # of 200 answers
     retry_after_missing: int = 0
     max_queue_depth: float = 0.0
+    server: dict = field(default_factory=dict)  # quantiles the server itself observed (see server_quantiles)
 
     def summary(self) -> dict:
         total = sum(self.statuses.values())
@@ -89,6 +90,7 @@ class Phase:
             "shed_fraction": round(self.statuses[429] / total, 4) if total else 0.0,
             "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
             "retry_after_missing": self.retry_after_missing, "max_queue_depth": self.max_queue_depth,
+            "server": self.server,
         }
 
 
@@ -172,6 +174,35 @@ async def _sample_queue_depth(client: httpx.AsyncClient, phase: Phase, stop: asy
             await asyncio.wait_for(stop.wait(), 0.2)
 
 
+def _buckets(metrics_text: str, family: str, labels: dict[str, str]) -> dict[float, float]:
+    """Cumulative histogram buckets {upper bound: count} of one labelled series in a /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[float, float] = {}
+    for fam in text_string_to_metric_families(metrics_text):
+        if fam.name == family:
+            for sample in fam.samples:
+                if sample.name.endswith("_bucket") and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    out[float(sample.labels["le"])] = out.get(float(sample.labels["le"]), 0.0) + sample.value
+    return out
+
+
+def server_quantiles(before: str, after: str, family: str, labels: dict[str, str],
+                     qs: tuple[float, ...] = (50, 99)) -> dict[str, float | None]:
+    """Upper bounds (ms) of the buckets holding each quantile of what the server observed between two scrapes.
+
+    Separates the server's own latency from the client's: on a shared machine the load driver's event
+    loop lags too, which inflates what the client measures."""
+    start, end = _buckets(before, family, labels), _buckets(after, family, labels)
+    deltas = sorted((le, end[le] - start.get(le, 0.0)) for le in end)
+    total = deltas[-1][1] if deltas else 0.0
+    result: dict[str, float | None] = {}
+    for q in qs:
+        bound = next((le for le, count in deltas if total and count >= total * q / 100), None)
+        result[f"p{q:g}_le_ms"] = None if bound is None else (bound * 1000 if bound != float("inf") else bound)
+    return result
+
+
 def rss_mb(pid: int) -> float | None:
     """Resident set size of a process in MiB (Linux /proc), None if unavailable."""
     try:
@@ -222,6 +253,7 @@ async def drive(url: str, config: LoadConfig, server_pid: int | None = None, api
         for name, factor, seconds in (("50%", 0.5, config.phase_s), ("90%", 0.9, config.phase_s),
                                       (f"{config.overload:g}x", config.overload, config.phase_s)):
             stop = asyncio.Event()
+            before = (await probe.get("/metrics")).text
             phase_task = open_loop(client, bodies, name, factor * capacity, seconds, config, rng)
             placeholder = Phase(name, factor * capacity, seconds)
             sampler = asyncio.create_task(_sample_queue_depth(probe, placeholder, stop))
@@ -229,6 +261,10 @@ async def drive(url: str, config: LoadConfig, server_pid: int | None = None, api
             stop.set()
             await sampler
             phase.max_queue_depth = placeholder.max_queue_depth
+            after = (await probe.get("/metrics")).text
+            phase.server = {"request": server_quantiles(before, after, "densehybrid_request_duration_seconds",
+                                                        {"route": "/search"}),
+                            "queue_wait": server_quantiles(before, after, "densehybrid_queue_wait_seconds", {})}
             phases.append(phase)
         rss: list[tuple[float, float]] = []
         stop = asyncio.Event()

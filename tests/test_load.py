@@ -8,7 +8,7 @@ stays flat over the soak.
 
 import pytest
 
-from benchmarks.load import FakeServerConfig, LoadConfig, percentile, rss_drift, run_load
+from benchmarks.load import FakeServerConfig, LoadConfig, percentile, rss_drift, run_load, server_quantiles
 
 SERVER = FakeServerConfig()
 ENCODER_CEILING_RPS = SERVER.max_batch_size / ((SERVER.base_ms + SERVER.per_text_ms * SERVER.max_batch_size) / 1000)
@@ -26,6 +26,16 @@ def test_rss_drift_compares_the_end_with_the_first_third():
     assert drift["rss_after_third_mb"] == 100.0 and drift["drift_mb"] == 5.0 and drift["drift_percent"] == 5.0
 
 
+def test_server_quantiles_come_from_the_histogram_delta_between_two_scrapes():
+    def scrape(counts):
+        lines = [f'densehybrid_queue_wait_seconds_bucket{{le="{le}"}} {c}' for le, c in zip(["0.01", "0.1", "1.0", "+Inf"], counts)]
+        return "# TYPE densehybrid_queue_wait_seconds histogram\n" + "\n".join(lines) + "\n"
+
+    before, after = scrape([5, 5, 5, 5]), scrape([5 + 90, 5 + 99, 5 + 100, 5 + 100])  # this phase: 90/9/1
+    q = server_quantiles(before, after, "densehybrid_queue_wait_seconds", {}, qs=(50, 95, 99, 100))
+    assert q == {"p50_le_ms": 10.0, "p95_le_ms": 100.0, "p99_le_ms": 100.0, "p100_le_ms": 1000.0}
+
+
 @pytest.mark.slow
 def test_short_load_run_sheds_beyond_saturation_and_memory_stays_flat(tmp_path):
     config = LoadConfig(saturation_s=4, phase_s=4, soak_s=20, concurrency=(16,), overload=2.5, rss_every_s=1)
@@ -38,5 +48,6 @@ def test_short_load_run_sheds_beyond_saturation_and_memory_stays_flat(tmp_path):
     assert set(overload["statuses"]) == {200, 429}, overload  # no timeouts, no 5xx, nothing else
     assert overload["shed_fraction"] > 0 and overload["retry_after_missing"] == 0
     assert overload["max_queue_depth"] <= SERVER.queue_size
+    assert overload["server"]["queue_wait"]["p99_le_ms"] is not None
     rss = report["soak_rss"]
     assert len(rss["samples"]) >= 10 and abs(rss["drift_mb"]) < 16, rss
