@@ -29,6 +29,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger(__name__)
 
@@ -163,21 +165,19 @@ async def open_loop(client: httpx.AsyncClient, bodies: Iterator[dict], name: str
     return phase
 
 
-async def _sample_queue_depth(client: httpx.AsyncClient, phase: Phase, stop: asyncio.Event) -> None:
+async def _sample_queue_depth(client: httpx.AsyncClient, deepest: list[float], stop: asyncio.Event) -> None:
+    """Scrape the encoder queue depth every 0.2 s until ``stop``; the largest seen goes into ``deepest[0]``."""
     while not stop.is_set():
         with contextlib.suppress(httpx.HTTPError):
-            text = (await client.get("/metrics")).text
-            for line in text.splitlines():
+            for line in (await client.get("/metrics")).text.splitlines():
                 if line.startswith("densehybrid_queue_depth "):
-                    phase.max_queue_depth = max(phase.max_queue_depth, float(line.split()[1]))
+                    deepest[0] = max(deepest[0], float(line.split()[1]))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.2)
 
 
 def _buckets(metrics_text: str, family: str, labels: dict[str, str]) -> dict[float, float]:
     """Cumulative histogram buckets {upper bound: count} of one labelled series in a /metrics text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[float, float] = {}
     for fam in text_string_to_metric_families(metrics_text):
         if fam.name == family:
@@ -234,6 +234,23 @@ def rss_drift(samples: list[tuple[float, float]]) -> dict:
             "samples": samples}
 
 
+async def observed_phase(client: httpx.AsyncClient, probe: httpx.AsyncClient, bodies: Iterator[dict], name: str,
+                         rps: float, config: LoadConfig, rng: random.Random) -> Phase:
+    """One open-loop phase, with the queue depth sampled and the server's own quantiles attached."""
+    before = (await probe.get("/metrics")).text
+    deepest, stop = [0.0], asyncio.Event()
+    sampler = asyncio.create_task(_sample_queue_depth(probe, deepest, stop))
+    phase = await open_loop(client, bodies, name, rps, config.phase_s, config, rng)
+    stop.set()
+    await sampler
+    after = (await probe.get("/metrics")).text
+    phase.max_queue_depth = deepest[0]
+    phase.server = {"request": server_quantiles(before, after, "densehybrid_request_duration_seconds",
+                                                {"route": "/search"}),
+                    "queue_wait": server_quantiles(before, after, "densehybrid_queue_wait_seconds", {})}
+    return phase
+
+
 async def drive(url: str, config: LoadConfig, server_pid: int | None = None, api_key: str | None = None) -> dict:
     """All phases against ``url``; returns the report (phase summaries, saturation, RSS over the soak)."""
     rng = random.Random(config.seed)
@@ -250,29 +267,14 @@ async def drive(url: str, config: LoadConfig, server_pid: int | None = None, api
         if capacity <= 0:
             raise RuntimeError(f"no request succeeded while measuring saturation: {dict(saturation.statuses)}")
         phases = [saturation]
-        for name, factor, seconds in (("50%", 0.5, config.phase_s), ("90%", 0.9, config.phase_s),
-                                      (f"{config.overload:g}x", config.overload, config.phase_s)):
-            stop = asyncio.Event()
-            before = (await probe.get("/metrics")).text
-            phase_task = open_loop(client, bodies, name, factor * capacity, seconds, config, rng)
-            placeholder = Phase(name, factor * capacity, seconds)
-            sampler = asyncio.create_task(_sample_queue_depth(probe, placeholder, stop))
-            phase = await phase_task
-            stop.set()
-            await sampler
-            phase.max_queue_depth = placeholder.max_queue_depth
-            after = (await probe.get("/metrics")).text
-            phase.server = {"request": server_quantiles(before, after, "densehybrid_request_duration_seconds",
-                                                        {"route": "/search"}),
-                            "queue_wait": server_quantiles(before, after, "densehybrid_queue_wait_seconds", {})}
-            phases.append(phase)
+        for name, factor in (("50%", 0.5), ("90%", 0.9), (f"{config.overload:g}x", config.overload)):
+            phases.append(await observed_phase(client, probe, bodies, name, factor * capacity, config, rng))
         rss: list[tuple[float, float]] = []
         stop = asyncio.Event()
         sampler = asyncio.create_task(_sample_rss(server_pid, config.rss_every_s, rss, stop))
-        soak = await open_loop(client, bodies, "soak", 0.5 * capacity, config.soak_s, config, rng)
+        phases.append(await open_loop(client, bodies, "soak", 0.5 * capacity, config.soak_s, config, rng))
         stop.set()
         await sampler
-        phases.append(soak)
     return {"url": url, "saturation_rps": round(capacity, 1), "phases": [p.summary() for p in phases],
             "soak_rss": rss_drift(rss) if server_pid is not None else None, "config": asdict(config)}
 
@@ -305,8 +307,6 @@ def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120)
 
 def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
     """Child process: build (or reuse) a toy index, serve it on 127.0.0.1:0, print the URL once ready."""
-    import threading
-
     from encoder.backends.fake import FakeEncoder
     from index.store import load_index
     from service.app import create_app

@@ -79,6 +79,7 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
         families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
         assert families["densehybrid_queue_depth"].samples[0].value == 0
         # all eight queue places are free: a full-queue burst is accepted, not refused
+        encoder.delay_s = 0.05
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda i: c.post("/encode", json={"texts": [f"after {i}"]}).status_code,
                                      range(8)))
