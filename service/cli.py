@@ -137,7 +137,9 @@ def loadtest_command(
 
     from benchmarks.load import FakeServerConfig, LoadConfig, run_load
 
-    if url is not None and not url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
+    from urllib.parse import urlsplit
+
+    if url is not None and urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
         console.print("[red]error:[/red] the load test only drives loopback servers")
         raise typer.Exit(2)
     config = LoadConfig(saturation_s=saturation_s, phase_s=phase_s, soak_s=soak_s, concurrency=tuple(concurrency),
