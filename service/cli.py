@@ -164,6 +164,51 @@ from service import index_cli  # noqa: E402
 index_cli.register(app)
 
 
+# -- loadtest (issue 7, benchmarks/load.py) --------------------------------------------------
+@app.command("loadtest")
+def loadtest_command(
+    url: Optional[str] = typer.Option(None, "--url", help="a running server (default: start a fake-encoder one)"),
+    server_pid: Optional[int] = typer.Option(None, "--server-pid", help="its pid, to sample RSS over the soak"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="DENSEHYBRID_API_KEY", help="bearer key"),
+    saturation_s: float = typer.Option(10.0, "--saturation-s", help="closed-loop phase that finds saturation"),
+    phase_s: float = typer.Option(10.0, "--phase-s", help="each open-loop phase (50%, 90%, overload)"),
+    soak_s: float = typer.Option(60.0, "--soak-s", help="soak at 50% of saturation (600 = the 10-minute form)"),
+    concurrency: list[int] = typer.Option([8, 32], "--concurrency", min=1, max=1024,
+                                          help="closed-loop client counts tried for saturation (repeat)"),
+    overload: float = typer.Option(2.0, "--overload", min=1.0, max=10.0, help="offered load beyond saturation (x)"),
+    workdir: Path = typer.Option(Path("~/.cache/densehybrid/loadtest"), "--workdir", help="fake server's index"),
+    report: Optional[Path] = typer.Option(None, "--report", help="also write the report as JSON here"),
+) -> None:
+    """Load test on loopback: saturation, p50/p99 at 50% and 90% of it, shedding beyond it, RSS over a soak."""
+    import json
+
+    from benchmarks.load import FakeServerConfig, LoadConfig, run_load
+
+    from urllib.parse import urlsplit
+
+    if url is not None and urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        console.print("[red]error:[/red] the load test only drives loopback servers")
+        raise typer.Exit(2)
+    config = LoadConfig(saturation_s=saturation_s, phase_s=phase_s, soak_s=soak_s, concurrency=tuple(concurrency),
+                        overload=overload)
+    result = run_load(config, FakeServerConfig(), workdir.expanduser(), url=url, server_pid=server_pid,
+                      api_key=api_key)
+    table = Table("phase", "offered/s", "sent/s", "answered/s", "p50 ms", "p95 ms", "p99 ms", "server p99 ≤ ms",
+                  "shed", "statuses", "max queue")
+    for p in result["phases"]:
+        table.add_row(p["phase"], str(p["offered_rps"] or "-"), str(p["sent_rps"]), str(p["answered_rps"]), str(p["p50_ms"]),
+                      str(p["p95_ms"]), str(p["p99_ms"]), str(p["server"].get("request", {}).get("p99_le_ms", "-")),
+                      f"{100 * p['shed_fraction']:.1f}%",
+                      ", ".join(f"{k}:{v}" for k, v in p["statuses"].items()), str(p["max_queue_depth"]))
+    console.print(f"saturation: {result['saturation_rps']} requests/s")
+    console.print(table)
+    if result.get("soak_rss"):
+        rss = {k: v for k, v in result["soak_rss"].items() if k != "samples"}
+        console.print(f"soak RSS: {rss}")
+    if report is not None:
+        report.write_text(json.dumps(result, indent=2))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app()
