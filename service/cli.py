@@ -86,11 +86,6 @@ def serve_command(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
 
-# -- index build, search, eval (service/index_cli.py) --
-from service import index_cli  # noqa: E402
-
-index_cli.register(app)
-
 
 # -- demo (issue 4) ----------------------------------------------------------------
 @app.command("demo")
@@ -101,7 +96,7 @@ def demo_command(
     port: int = typer.Option(8000, "--port", "-p", help="listen port"),
     rebuild: bool = typer.Option(False, "--rebuild", help="build the index again even if one exists"),
 ) -> None:
-    """Fetch the offline models, index the Python stdlib docstrings, serve them, print curl examples."""
+    """Fetch the offline models, index the Python stdlib docstrings, serve them, query them, print curl examples."""
     from service import demo
     from service import logging as service_logging
     from service.serve import StartupError, serve, settings_from
@@ -112,6 +107,7 @@ def demo_command(
     console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
     console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
     console.print()
+    demo.query_when_ready(url, _print_demo_answer)
     try:
         serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
     except StartupError as exc:
@@ -119,10 +115,17 @@ def demo_command(
         raise typer.Exit(2) from exc
 
 
-# -- index build, search, eval (service/index_cli.py) --
-from service import index_cli  # noqa: E402
+def _print_demo_answer(answer: dict) -> None:
+    from service.demo import EXAMPLE_QUERY
 
-index_cli.register(app)
+    if "results" not in answer:
+        console.print(f"[red]example query failed:[/red] {answer}")
+        return
+    table = Table("rank", "id", "score", "text", title=f'POST /search {{"query": "{EXAMPLE_QUERY}"}}')
+    for hit in answer["results"]:
+        table.add_row(str(hit["rank"]), hit["id"], f"{hit['score']:.3f}", (hit.get("text") or "")[:80])
+    console.print(table)
+    console.print("timing (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in answer["timing"].items()))
 
 
 # -- encode (issue 2) -------------------------------------------------------------
@@ -156,12 +159,6 @@ def encode(
         return
     write_npz(output, encoded, enc.spec)
     console.print(summary(enc, encoded, texts, output))
-
-
-# -- index build, search, eval (service/index_cli.py) --
-from service import index_cli  # noqa: E402
-
-index_cli.register(app)
 
 
 # -- loadtest (issue 7, benchmarks/load.py) --------------------------------------------------
@@ -207,6 +204,12 @@ def loadtest_command(
         console.print(f"soak RSS: {rss}")
     if report is not None:
         report.write_text(json.dumps(result, indent=2))
+
+
+# -- index build, search, eval (service/index_cli.py) --
+from service import index_cli  # noqa: E402
+
+index_cli.register(app)
 
 
 def main() -> None:
