@@ -120,7 +120,7 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
             def up() -> bool:
                 try:
                     return bool(query(prom, 'up{job="densehybrid"} == 1'))
-                except httpx.TransportError:
+                except (httpx.TransportError, ValueError):  # not listening yet, or "Service Unavailable" text while starting
                     return False
 
             wait_for(up, 60, "Prometheus to scrape the replica")
