@@ -51,7 +51,7 @@ class EncoderOptions:
     skip_mlm: Optional[bool] = None
     agg_dim: int = 640
     dlr_dim: int = 768
-    lam: Optional[float] = None
+    lam: Optional[float | str] = None  # a number, or "auto" (index build chooses λ from the corpus)
     dense_model: Optional[str] = None
     pooling: Optional[str] = None
     normalize: Optional[bool] = None
@@ -63,6 +63,8 @@ class EncoderOptions:
         """Keyword arguments for ``load_encoder`` (everything but ``model``)."""
         kwargs = asdict(self)
         del kwargs["model"]
+        if kwargs["lam"] == "auto":  # the encoder keeps its own λ; only an index build resolves "auto"
+            kwargs["lam"] = None
         return kwargs
 
     def load(self) -> "Encoder":
@@ -87,8 +89,10 @@ _OPTIONS: dict[str, tuple[object, object]] = {
         "--skip-mlm/--no-skip-mlm", help="Aggretriever 'w/o MLM': lexical part without the MLM head")], None),
     "agg_dim": (Annotated[int, typer.Option("--agg-dim", help="Aggretriever aggregated dims")], 640),
     "dlr_dim": (Annotated[int, typer.Option("--dlr-dim", help="DLR dims (dhr, dlr, fusion)")], 768),
-    "lam": (Annotated[Optional[float], typer.Option(
-        "--lambda", help="weight of the query's dense part (dhr, fusion; default 1.0)")], None),
+    "lam": (Annotated[Optional[str], typer.Option(
+        "--lambda", parser=lambda text: parse_lambda(text), metavar="FLOAT|auto",
+        help="weight of the query's dense part (dhr, fusion; default 1.0); 'auto' at index build: "
+             "chosen from the corpus")], None),
     "dense_model": (Annotated[Optional[str], typer.Option(
         "--dense-model", help="fusion: the dense model (zoo name, directory or hub id)")], None),
     "pooling": (Annotated[Optional[PoolingChoice], typer.Option(
@@ -103,6 +107,19 @@ _OPTIONS: dict[str, tuple[object, object]] = {
         "--max-passage-length", help="passage tokens kept (default 128)")], None),
 }
 assert list(_OPTIONS) == [f.name for f in fields(EncoderOptions)]
+
+
+def parse_lambda(text: str) -> float | str:
+    """``--lambda``: a finite number, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is neither a number nor 'auto'") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise typer.BadParameter(f"{text!r} is not a finite number")
+    return value
 
 
 def _plain(value: object) -> object:

@@ -51,7 +51,7 @@ def index_build(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing index at --out"),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="passages per forward"),
     shard_size: int = typer.Option(4096, "--shard-size", min=1, help="passages per shard (the resume granularity)"),
-    auto_lambda: bool = typer.Option(False, "--auto-lambda", help="dhr/fusion: choose λ from the corpus (index.lambda_auto)"),
+    auto_lambda: bool = typer.Option(False, "--auto-lambda", help="same as --lambda auto"),
     pq_m: int = typer.Option(0, "--pq", min=0, help="IndexPQ first stage with this many sub-quantizers (0: exact FlatIP)"),
     pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),

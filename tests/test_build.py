@@ -191,3 +191,27 @@ def test_progress_is_reported_per_batch():
     seen = []
     encode_passages(FakeEncoder("cls"), [f"text {i}" for i in range(10)], 4, seen.append)
     assert seen == [4, 4, 2]
+
+
+@pytest.mark.parametrize("flag,method", [(["--lambda", "auto"], "auto-margin"), (["--lambda", "2.5"], "fixed"),
+                                         (["--auto-lambda"], "auto-margin")])
+def test_cli_lambda_number_or_auto(tmp_path, flag, method):
+    from service.cli import app
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
+    built = CliRunner().invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
+                                     "--out", str(tmp_path / "ix"), "--no-progress", *flag])
+    assert built.exit_code == 0, built.output
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert manifest["lambda"]["method"] == method
+    if method == "fixed":
+        assert manifest["lam"] == 2.5
+
+
+def test_cli_lambda_rejects_words_other_than_auto(tmp_path):
+    from service.cli import app
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 3)
+    built = CliRunner().invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
+                                     "--out", str(tmp_path / "ix"), "--lambda", "nope"])
+    assert built.exit_code == 2 and "neither a number nor 'auto'" in built.output
