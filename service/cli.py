@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -36,6 +38,50 @@ def models_fetch(names: list[str] = typer.Argument(..., help="model names, e.g. 
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
         console.print(f"{name}: {path}")
+
+
+# -- serve (issue 4) -------------------------------------------------------------
+@app.command("serve")
+def serve_command(
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="index directory (its manifest names the model)"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="model dir or zoo name; must match the index"),
+    kind: Optional[str] = typer.Option(None, "--kind", help="model kind when the model dir does not record it"),
+    dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: CUDA if present)"),
+    host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="padded tokens per forward"),
+    max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [2]"),
+    queue_size: Optional[int] = typer.Option(None, "--queue-size", help="texts queued before 429 [1024]"),
+    max_k: Optional[int] = typer.Option(None, "--max-k", help="largest k [1000]"),
+    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", help="largest first-stage depth [10000]"),
+    max_request_texts: Optional[int] = typer.Option(None, "--max-request-texts", help="queries/texts per request"),
+    max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="largest request body [1 MiB]"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer <key>' "
+                                          "(prefer the DENSEHYBRID_API_KEY environment variable)"),
+    cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING [INFO]"),
+    log_json: Optional[bool] = typer.Option(None, "--log-json/--log-plain", help="JSON log lines [json]"),
+) -> None:
+    """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
+    from pydantic import ValidationError
+
+    from service.serve import StartupError, serve, settings_from
+
+    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, host=host, port=port,
+                 max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
+                 queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
+                 max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
+                 cors_origins=cors_origin or None, log_level=log_level, log_json=log_json)
+    try:
+        serve(settings_from(flags))
+    except ValidationError as exc:
+        console.print(f"[red]error:[/red] invalid settings: {exc}")
+        raise typer.Exit(2) from exc
+    except StartupError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
 
 
 def main() -> None:

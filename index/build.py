@@ -1,0 +1,137 @@
+"""Corpus -> published index (DESIGN §4): encode in batches, shard as it goes, resume, publish.
+
+The corpus is read in order; every ``shard_size`` passages are encoded (in
+length-sorted batches of ``batch_size`` to waste little padding) and written as
+one shard. ``resume`` skips the shards already on disk. Equal inputs give equal
+files: shard boundaries and batch composition depend only on the corpus and the
+sizes, and every writer is deterministic (the manifest's creation time aside).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from encoder.base import Encoded, Encoder
+from index import flat, lambda_auto, shards, store
+from index.store import Document, IndexWriteError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    batch_size: int = 32
+    shard_size: int = 4096
+    # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
+    lam: float | str | None = None
+    pq: flat.PQConfig | None = None
+    name: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+
+
+def read_corpus(path: Path) -> Iterator[Document]:
+    """BEIR ``corpus.jsonl``: one JSON object per line with ``_id``, optional ``title``, ``text``."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise IndexWriteError(f"{path}:{number}: not a corpus line with _id and text ({exc})") from exc
+
+
+def count_corpus(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def passage_text(doc: Document) -> str:
+    """Title and text joined by a space (the BEIR convention for single-sequence encoders)."""
+    return f"{doc.title} {doc.text}" if doc.title else doc.text
+
+
+def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int) -> Encoded:
+    """Encode in length-sorted batches, returned in input order."""
+    tokenized = encoder.tokenize(texts, "passage")
+    order = sorted(range(len(texts)), key=lambda i: (tokenized[i].length, i))
+    parts = [encoder.encode_tokenized([tokenized[i] for i in order[s:s + batch_size]], "passage")
+             for s in range(0, len(order), batch_size)]
+    encoded = Encoded.concat(parts)
+    inverse = np.argsort(np.asarray(order))
+    return encoded[inverse]
+
+
+def _state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
+    return {
+        "format_version": store.FORMAT_VERSION,
+        "corpus_sha256": store.sha256_file(corpus),
+        "encoder": encoder.spec.to_dict(),
+        "batch_size": options.batch_size,
+        "shard_size": options.shard_size,
+    }
+
+
+def _encode_shards(encoder: Encoder, corpus: Path, work: Path, options: BuildOptions, total: int) -> None:
+    done = shards.completed(work)
+    skip = done * options.shard_size
+    if done:
+        log.info("resuming: %d shards (%d passages) already encoded", done, min(skip, total))
+    docs = islice(read_corpus(corpus), skip, None)
+    bar = tqdm(total=total, initial=min(skip, total), unit="passage", desc="encode", disable=not options.progress,
+               dynamic_ncols=True, smoothing=0.1)
+    with bar:
+        number = done
+        while batch := list(islice(docs, options.shard_size)):
+            encoded = encode_passages(encoder, [passage_text(d) for d in batch], options.batch_size)
+            shards.write_shard(work, number, encoded.values, encoded.gates, batch)
+            number += 1
+            bar.update(len(batch))
+
+
+def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[float, dict]:
+    if options.lam is None:
+        return encoder.spec.lam, {"method": "model"}
+    if options.lam != "auto":
+        return float(options.lam), {"method": "fixed"}
+    values = np.load(staged / store.VALUES, mmap_mode="r")
+    gates = np.load(staged / store.GATES, mmap_mode="r") if encoder.spec.gated_dim else None
+    texts = [passage_text(d) for d in store.DocStore(staged / store.DOCS).iter_rows()]
+    return lambda_auto.choose(encoder, texts, values, gates)
+
+
+def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions()) -> Path:
+    """Build and publish an index of ``corpus`` at ``out``; returns ``out``."""
+    corpus, out = Path(corpus), Path(out)
+    if options.batch_size < 1 or options.shard_size < 1:
+        raise ValueError("batch_size and shard_size must be >= 1")
+    if out.exists() and not options.overwrite:
+        raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
+    total = count_corpus(corpus)
+    work = shards.work_dir(out)
+    shards.start(work, _state(encoder, corpus, options), resume=options.resume)
+    _encode_shards(encoder, corpus, work, options, total)
+    spec = encoder.spec
+    staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
+    lam, lam_info = _lambda(encoder, staged, options)
+    store.write_manifest(
+        staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
+        first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
+        extra={"lambda": lam_info, "build": {"corpus_sha256": store.sha256_file(corpus), "batch_size": options.batch_size,
+                                              "shard_size": options.shard_size}},
+    )
+    store.publish(staged, out, overwrite=options.overwrite)
+    shards.finish(work)
+    log.info("published index %s (%d passages, λ=%g by %s)", out, total, lam, lam_info["method"])
+    return out

@@ -1,0 +1,131 @@
+"""The Faiss first stage: build (FlatIP or PQ), move to a device, search fast.
+
+Facts this module builds on (DESIGN §10, re-measured on the 2-core build box):
+- batch-1 scans are faster with one OpenMP thread (memory bound; a second
+  thread only adds contention), so ``search`` drops to one thread for nq == 1;
+- Faiss only switches to BLAS above ``distance_compute_blas_threshold``
+  (128 000 by default in 1.15, compared with nq·d); below that it scans the
+  index once per query. ``tune_blas`` lowers it so a batch shares one pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# nq * d above which Faiss uses BLAS; ~2 queries at d = 768
+BATCHED_BLAS_THRESHOLD = 1024
+_omp_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PQConfig:
+    """IndexPQ first stage (DHR Table 12 rows 4-5): ``m`` sub-quantizers of ``nbits`` each."""
+
+    m: int
+    nbits: int = 8
+    train_size: int = 65_536
+    seed: int = 1234
+
+    def to_dict(self) -> dict:
+        return {"type": "pq", "m": self.m, "nbits": self.nbits, "train_size": self.train_size, "seed": self.seed}
+
+
+def new_index(dim: int, pq: PQConfig | None = None) -> faiss.Index:
+    """An empty inner-product index of ``dim`` dims: IndexFlatIP, or IndexPQ when ``pq`` is given."""
+    if pq is None:
+        return faiss.IndexFlatIP(dim)
+    if dim % pq.m:
+        raise ValueError(f"PQ needs dim ({dim}) divisible by m ({pq.m})")
+    return faiss.IndexPQ(dim, pq.m, pq.nbits, faiss.METRIC_INNER_PRODUCT)
+
+
+def train_sample(n: int, pq: PQConfig) -> np.ndarray:
+    """Sorted row numbers of a seeded sample for PQ training (deterministic)."""
+    if n <= pq.train_size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(pq.seed).choice(n, pq.train_size, replace=False))
+
+
+def train(index: faiss.Index, xt: np.ndarray, pq: PQConfig) -> None:
+    """Train a PQ index on ``xt (T, dim)`` float32; single-threaded so the codebooks are reproducible."""
+    index.pq.cp.seed = pq.seed
+    with omp_threads(1):
+        index.train(np.ascontiguousarray(xt, dtype=np.float32))
+
+
+def first_stage_description(index: faiss.Index) -> str:
+    return "pq" if isinstance(index, faiss.IndexPQ) else "flat_ip"
+
+
+@contextlib.contextmanager
+def omp_threads(n: int):
+    """Run a block with ``n`` OpenMP threads (Faiss's setting is process-wide, hence the lock)."""
+    with _omp_lock:
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(n)
+        try:
+            yield
+        finally:
+            faiss.omp_set_num_threads(before)
+
+
+def tune_blas(threshold: int = BATCHED_BLAS_THRESHOLD) -> None:
+    """Let batched searches use one BLAS pass instead of one scan per query."""
+    faiss.cvar.distance_compute_blas_threshold = threshold
+
+
+def search(index: faiss.Index, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """xq (Q, d) float32 -> scores (Q, k) float32, rows (Q, k) int64 (-1 where fewer than k rows)."""
+    xq = np.ascontiguousarray(xq, dtype=np.float32)
+    if xq.shape[0] == 1 and not is_gpu(index):
+        with omp_threads(1):
+            return index.search(xq, k)
+    return index.search(xq, k)
+
+
+# -- device choice (one function) ----------------------------------------------------------
+
+def gpu_count() -> int:
+    """GPUs Faiss can use (0 with faiss-cpu)."""
+    get = getattr(faiss, "get_num_gpus", None)
+    return int(get()) if get is not None else 0
+
+
+def is_gpu(index: faiss.Index) -> bool:
+    return "Gpu" in type(index).__name__ or "IndexShards" in type(index).__name__
+
+
+def to_device(index: faiss.Index, device: str, *, float16: bool = False) -> faiss.Index:
+    """Place a CPU index on ``device``: "cpu", "cuda" (every GPU, sharded), or "cuda:N" (one GPU).
+
+    On GPUs Faiss's own classes do the work: ``index_cpu_to_gpu`` for one device,
+    ``index_cpu_to_all_gpus`` with sharding for several; ``float16`` stores the
+    vectors in half precision on the GPU.
+    """
+    if device == "cpu":
+        return index
+    if not device.startswith("cuda"):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    available = gpu_count()
+    if available == 0:
+        raise ValueError(f"device {device!r} requested but Faiss sees no GPU (is faiss-gpu installed?)")
+    if ":" in device:  # pragma: no cover - needs a GPU
+        options = faiss.GpuClonerOptions()
+        options.useFloat16 = float16
+        resources = faiss.StandardGpuResources()
+        gpu_index = faiss.index_cpu_to_gpu(resources, int(device.split(":")[1]), index, options)
+        gpu_index.referenced_resources = resources  # keep alive as long as the index
+        return gpu_index
+    options = faiss.GpuMultipleClonerOptions()  # pragma: no cover - needs a GPU
+    options.shard = True
+    options.useFloat16 = float16
+    log.info("sharding the Faiss index over %d GPUs", available)
+    return faiss.index_cpu_to_all_gpus(index, co=options)

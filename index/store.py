@@ -1,0 +1,355 @@
+"""The index directory on disk (DESIGN §4): the only module of ``index/`` that touches files.
+
+Layout of a published index::
+
+    manifest.json   format version, encoder spec, count, dims, dtypes, λ, first stage,
+                    creation time, and size + sha256 of every other file
+    values.npy      (N, dim) float16, memory-mapped on load (rerank, explain)
+    gates.npy       (N, gated_dim) uint8, only for gated kinds
+    first_stage.faiss   IndexFlatIP over float32 values (or IndexPQ)
+    doc_ids.json    ids in row order
+    docs.sqlite     table docs(row, id, title, text)
+
+Writers put files into a directory and call :func:`write_manifest` last;
+:func:`publish` renames the finished directory into place. :func:`load_index`
+checks everything before anything is served and raises :class:`IndexLoadError`
+naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from encoder.base import EncoderSpec
+
+log = logging.getLogger(__name__)
+
+FORMAT = "densehybrid-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VALUES = "values.npy"
+GATES = "gates.npy"
+FIRST_STAGE = "first_stage.faiss"
+DOC_IDS = "doc_ids.json"
+DOCS = "docs.sqlite"
+# spec fields that must agree between an index and the encoder serving it
+COMPATIBILITY_FIELDS = ("kind", "dim", "gated_dim", "skip_mlm", "lexical", "agg_dim", "dlr_dim",
+                        "pooling", "normalize", "vocab_size", "weights_hash")
+
+
+class IndexStoreError(RuntimeError):
+    """Base of every index error."""
+
+
+class IndexLoadError(IndexStoreError):
+    """An index directory is missing, incomplete, corrupted or of an unknown format."""
+
+
+class IndexMismatchError(IndexStoreError):
+    """An encoder does not produce the vectors an index was built with."""
+
+
+class IndexWriteError(IndexStoreError):
+    """An index could not be written or published."""
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    text: str
+
+
+class DocStore:
+    """Read-only passage texts in SQLite; safe to share between threads."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        uri = f"file:{self.path}?mode=ro&immutable=1"
+        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    def _rows(self, sql: str, args: Sequence) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def count(self) -> int:
+        return self._rows("SELECT COUNT(*) FROM docs", ())[0][0]
+
+    def get(self, doc_id: str) -> Document | None:
+        rows = self._rows("SELECT id, title, text FROM docs WHERE id = ?", (doc_id,))
+        return Document(*rows[0]) if rows else None
+
+    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
+        """Documents for ``ids`` in the same order; None for unknown ids."""
+        found: dict[str, Document] = {}
+        unique = list(dict.fromkeys(ids))
+        for s in range(0, len(unique), 500):
+            chunk = unique[s:s + 500]
+            sql = f"SELECT id, title, text FROM docs WHERE id IN ({','.join('?' * len(chunk))})"
+            found.update((r[0], Document(*r)) for r in self._rows(sql, chunk))
+        return [found.get(i) for i in ids]
+
+    def row_of(self, doc_id: str) -> int | None:
+        rows = self._rows("SELECT row FROM docs WHERE id = ?", (doc_id,))
+        return int(rows[0][0]) if rows else None
+
+    def iter_rows(self, batch: int = 10_000) -> Iterable[Document]:
+        """Every document in row order."""
+        last = -1
+        while True:
+            rows = self._rows("SELECT row, id, title, text FROM docs WHERE row > ? ORDER BY row LIMIT ?", (last, batch))
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield from (Document(*r[1:]) for r in rows)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+@dataclass
+class IndexFiles:
+    """A loaded, verified index. ``values`` and ``gates`` are read-only memory maps."""
+
+    path: Path
+    manifest: dict
+    spec: EncoderSpec
+    doc_ids: list[str]
+    values: np.ndarray
+    gates: np.ndarray | None
+    faiss: faiss.Index
+    docs: DocStore
+    _row_by_id: dict[str, int] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def count(self) -> int:
+        return int(self.manifest["count"])
+
+    @property
+    def lam(self) -> float:
+        """The index's default λ for the dense part of ``dhr``/``fusion`` queries."""
+        return float(self.manifest["lam"])
+
+    def row_of(self, doc_id: str) -> int | None:
+        if self._row_by_id is None:
+            self._row_by_id = {d: i for i, d in enumerate(self.doc_ids)}
+        return self._row_by_id.get(doc_id)
+
+
+# -- writing -----------------------------------------------------------------------------
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
+    with open(directory / DOC_IDS, "w", encoding="utf-8") as f:
+        json.dump(list(doc_ids), f, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_docs(directory: Path, docs: Iterable[Document]) -> None:
+    """The SQLite store, written in one transaction so equal inputs give equal bytes."""
+    path = directory / DOCS
+    if path.exists():
+        path.unlink()
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode = OFF")
+        conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")
+        with conn:
+            conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
+                             ((i, d.id, d.title, d.text) for i, d in enumerate(docs)))
+    finally:
+        conn.close()
+
+
+def write_faiss(directory: Path, index: faiss.Index) -> None:
+    faiss.write_index(index, str(directory / FIRST_STAGE))
+
+
+def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int, lam: float,
+                   first_stage: dict, extra: dict | None = None) -> dict:
+    """Checksum every other file in ``directory`` and write the manifest (last)."""
+    files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != MANIFEST)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "count": count,
+        "dim": spec.dim,
+        "gated_dim": spec.gated_dim,
+        "dtypes": {"values": "float16", **({"gates": "uint8"} if spec.gated_dim else {})},
+        "lam": float(lam),
+        "first_stage": first_stage,
+        "encoder": spec.to_dict(),
+        **(extra or {}),
+        "files": {f: {"bytes": (directory / f).stat().st_size, "sha256": sha256_file(directory / f)} for f in files},
+    }
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / MANIFEST)
+    return manifest
+
+
+def publish(staged: Path, target: Path, *, overwrite: bool = False) -> None:
+    """Move a finished index directory into place by rename (same file system).
+
+    A new target appears atomically. Replacing an existing index takes two renames
+    (old aside, new in); a reader never sees a half-written directory.
+    """
+    staged, target = Path(staged), Path(target)
+    if not target.exists():
+        os.rename(staged, target)
+        return
+    if not overwrite:
+        raise IndexWriteError(f"{target}: already exists (pass overwrite to replace it)")
+    aside = target.with_name(f".{target.name}.old-{os.getpid()}")
+    os.rename(target, aside)
+    os.rename(staged, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+# -- loading -----------------------------------------------------------------------------
+
+def _fail(path: Path, problem: str) -> IndexLoadError:
+    return IndexLoadError(f"{path}: {problem}")
+
+
+def read_manifest(directory: Path) -> dict:
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise _fail(directory, "no such index directory")
+    if not path.is_file():
+        raise _fail(path, "missing (not a finished index directory)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise _fail(path, f"not a {FORMAT} manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise _fail(path, f"format version {manifest.get('format_version')!r} is not supported (expected {FORMAT_VERSION})")
+    missing = {"name", "count", "dim", "gated_dim", "lam", "encoder", "files", "first_stage"} - set(manifest)
+    if missing:
+        raise _fail(path, f"manifest lacks fields {sorted(missing)}")
+    return manifest
+
+
+def verify_files(directory: Path, manifest: dict, *, checksums: bool = True) -> None:
+    """Every listed file exists with its size (and sha256); required files are listed."""
+    listed = manifest["files"]
+    required = {VALUES, FIRST_STAGE, DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
+    for name in sorted(required - set(listed)):
+        raise _fail(directory / MANIFEST, f"does not list required file {name}")
+    for name, meta in sorted(listed.items()):
+        path = directory / name
+        if not path.is_file():
+            raise _fail(path, "missing")
+        size = path.stat().st_size
+        if size != meta["bytes"]:
+            raise _fail(path, f"size {size} bytes, manifest says {meta['bytes']} (truncated or altered)")
+        if checksums and sha256_file(path) != meta["sha256"]:
+            raise _fail(path, "sha256 checksum does not match the manifest (file altered or corrupted)")
+
+
+def _load_array(path: Path, dtype: str, shape: tuple[int, int]) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise _fail(path, f"not a readable .npy array ({exc})") from exc
+    if array.dtype != np.dtype(dtype) or array.shape != shape:
+        raise _fail(path, f"holds {array.dtype} {array.shape}, expected {dtype} {shape}")
+    return array
+
+
+def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise _fail(path, f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
+    if index.ntotal != count or index.d != dim:
+        raise _fail(path, f"holds {index.ntotal} vectors of {index.d} dims, expected {count} of {dim}")
+    return index
+
+
+def _load_doc_ids(path: Path, count: int) -> list[str]:
+    try:
+        doc_ids = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(path, f"unreadable id list ({exc})") from exc
+    if not isinstance(doc_ids, list) or len(doc_ids) != count:
+        raise _fail(path, f"expected a list of {count} ids")
+    return doc_ids
+
+
+def _open_docs(path: Path, count: int) -> DocStore:
+    try:
+        docs = DocStore(path)
+        stored = docs.count()
+    except sqlite3.Error as exc:
+        raise _fail(path, f"not a readable SQLite document store ({exc})") from exc
+    if stored != count:
+        raise _fail(path, f"holds {stored} documents, expected {count}")
+    return docs
+
+
+def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles:
+    """Open and verify an index directory (manifest, sizes, sha256, shapes, counts).
+
+    ``checksums=False`` skips hashing (sizes, shapes and counts are still checked),
+    for very large indexes whose files were verified when copied.
+    """
+    directory = Path(path)
+    manifest = read_manifest(directory)
+    try:
+        spec = EncoderSpec.from_dict(manifest["encoder"])
+    except (TypeError, ValueError) as exc:
+        raise _fail(directory / MANIFEST, f"bad encoder description ({exc})") from exc
+    verify_files(directory, manifest, checksums=checksums)
+    count, dim, gated = int(manifest["count"]), int(manifest["dim"]), int(manifest["gated_dim"])
+    if (dim, gated) != (spec.dim, spec.gated_dim):
+        raise _fail(directory / MANIFEST, f"dims {dim}/{gated} disagree with the encoder spec {spec.dim}/{spec.gated_dim}")
+    values = _load_array(directory / VALUES, "float16", (count, dim))
+    gates = _load_array(directory / GATES, "uint8", (count, gated)) if gated else None
+    index = IndexFiles(
+        path=directory, manifest=manifest, spec=spec,
+        doc_ids=_load_doc_ids(directory / DOC_IDS, count),
+        values=values, gates=gates,
+        faiss=_load_faiss(directory / FIRST_STAGE, count, dim),
+        docs=_open_docs(directory / DOCS, count),
+    )
+    log.info("loaded index %s: %d documents, kind %s, dim %d (gated %d)", index.name, count, spec.kind, dim, gated)
+    return index
+
+
+def check_compatible(index_spec: EncoderSpec, model_spec: EncoderSpec) -> None:
+    """Raise :class:`IndexMismatchError` naming the first field where the model differs from the index."""
+    for name in COMPATIBILITY_FIELDS:
+        want, got = getattr(index_spec, name), getattr(model_spec, name)
+        if want != got:
+            raise IndexMismatchError(f"model does not match the index: {name} is {got!r} for the model "
+                                     f"but {want!r} for the index")

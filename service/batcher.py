@@ -1,0 +1,206 @@
+"""The encoder worker: one thread owns the model and batches concurrent requests (DESIGN §6).
+
+Requests arrive already tokenized (tokenization runs on the request side) and
+wait in a bounded queue counted in texts. The worker takes the oldest job and
+adds the following jobs of the same role while the batch stays within
+``max_batch_size`` texts and ``max_batch_tokens`` padded tokens, waiting at most
+``max_wait_s`` for more to arrive. One forward encodes the batch; each job gets
+its own rows back. A job bigger than the limits runs alone (the encoder bounds
+its own memory). A forward that raises fails every job of that batch and the
+worker carries on with the next; a job whose caller went away (its future was
+cancelled) is dropped before it is encoded. A full queue is refused at once
+(:class:`~service.errors.QueueFull`, HTTP 429) instead of growing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from encoder.base import Encoded, Encoder, Role, TokenizedText
+from service.errors import EncoderFailed, EncoderTimeout, NotReady, QueueFull
+
+log = logging.getLogger(__name__)
+
+
+class BatchObserver(Protocol):
+    def observe_batch(self, role: str, texts: int, tokens: int, seconds: float) -> None: ...
+    def observe_queue_wait(self, seconds: float) -> None: ...
+    def set_queue_depth(self, texts: int) -> None: ...
+    def count_rejected(self, reason: str) -> None: ...
+    def count_batch_failure(self, role: str) -> None: ...
+
+
+class _NoObserver:
+    def __getattr__(self, _name):
+        return lambda *args, **kwargs: None
+
+
+@dataclass(frozen=True)
+class EncodeOutcome:
+    """One job's rows and where its time went."""
+
+    encoded: Encoded
+    queue_ms: float
+    encode_ms: float
+    batch_texts: int
+
+
+@dataclass
+class _Job:
+    items: list[TokenizedText]
+    role: Role
+    enqueued: float = field(default_factory=time.perf_counter)
+    future: Future = field(default_factory=Future)
+
+    @property
+    def longest(self) -> int:
+        return max((item.length for item in self.items), default=0)
+
+
+class Batcher:
+    def __init__(self, encoder: Encoder, *, max_batch_size: int = 32, max_batch_tokens: int = 16384,
+                 max_wait_s: float = 0.002, queue_size: int = 1024, retry_after_s: int = 1,
+                 observer: BatchObserver | None = None):
+        self.encoder = encoder
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_s
+        self.queue_size = queue_size
+        self.retry_after_s = retry_after_s
+        self.observer = observer or _NoObserver()
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._queued_texts = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="densehybrid-encoder", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the jobs already queued (up to ``timeout``), then stop; later jobs are refused."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._cond:
+            leftovers, self._jobs = list(self._jobs), collections.deque()
+            self._queued_texts = 0
+        for job in leftovers:
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(NotReady("the service is shutting down"))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def depth(self) -> int:
+        """Texts waiting for the worker."""
+        return self._queued_texts
+
+    # -- request side -----------------------------------------------------------
+    def submit(self, items: list[TokenizedText], role: Role) -> Future:
+        """Queue one job; its future resolves to an :class:`EncodeOutcome` or an error."""
+        job = _Job(list(items), role)
+        with self._cond:
+            if self._closing:
+                self.observer.count_rejected("shutting_down")
+                raise NotReady("the service is shutting down")
+            if self._queued_texts + len(job.items) > self.queue_size:
+                self.observer.count_rejected("queue_full")
+                raise QueueFull(f"encoder queue is full ({self._queued_texts} texts waiting); retry later",
+                                self.retry_after_s)
+            self._jobs.append(job)
+            self._queued_texts += len(job.items)
+            self.observer.set_queue_depth(self._queued_texts)
+            self._cond.notify()
+        return job.future
+
+    async def encode(self, items: list[TokenizedText], role: Role, timeout_s: float | None = None) -> EncodeOutcome:
+        """Submit and await. Cancelling the awaiting task drops the job if it has not started."""
+        future = self.submit(items, role)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+        except asyncio.TimeoutError:
+            future.cancel()
+            self.observer.count_rejected("timeout")
+            raise EncoderTimeout(f"the encoder did not answer within {timeout_s:g} s") from None
+
+    # -- worker side ------------------------------------------------------------
+    def _run(self) -> None:
+        log.info("encoder worker started (batch %d texts / %d tokens, wait %.1f ms, queue %d texts)",
+                 self.max_batch_size, self.max_batch_tokens, self.max_wait_s * 1000, self.queue_size)
+        while (batch := self._next_batch()) is not None:
+            self._process(batch)
+        log.info("encoder worker stopped")
+
+    def _fits(self, batch: list[_Job], job: _Job) -> bool:
+        texts = sum(len(j.items) for j in batch) + len(job.items)
+        longest = max(job.longest, *(j.longest for j in batch))
+        return texts <= self.max_batch_size and texts * longest <= self.max_batch_tokens
+
+    def _next_batch(self) -> list[_Job] | None:
+        """Block for the oldest job, then gather same-role jobs that fit, waiting at most max_wait_s."""
+        with self._cond:
+            while not self._jobs and not self._closing:
+                self._cond.wait()
+            if not self._jobs:
+                return None
+            batch = [self._jobs.popleft()]
+            deadline = time.perf_counter() + self.max_wait_s
+            while True:
+                if self._jobs:
+                    head = self._jobs[0]
+                    if head.role != batch[0].role or not self._fits(batch, head):
+                        break
+                    batch.append(self._jobs.popleft())
+                    continue
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0 or self._closing or sum(len(j.items) for j in batch) >= self.max_batch_size:
+                    break
+                self._cond.wait(remaining)
+            self._queued_texts -= sum(len(j.items) for j in batch)
+            self.observer.set_queue_depth(self._queued_texts)
+            return batch
+
+    def _process(self, batch: list[_Job]) -> None:
+        """Encode one batch; whatever happens, every live job's future is resolved."""
+        live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        role = live[0].role
+        items = [item for job in live for item in job.items]
+        try:
+            started = time.perf_counter()
+            for job in live:
+                self.observer.observe_queue_wait(started - job.enqueued)
+            encoded = self.encoder.encode_tokenized(items, role)
+            if len(encoded) != len(items):
+                raise RuntimeError(f"encoder returned {len(encoded)} rows for {len(items)} texts")
+            seconds = time.perf_counter() - started
+            self.observer.observe_batch(role, len(items), len(items) * max(i.length for i in items), seconds)
+            offset = 0
+            for job in live:
+                rows = slice(offset, offset + len(job.items))
+                job.future.set_result(EncodeOutcome(encoded[rows], (started - job.enqueued) * 1000,
+                                                    seconds * 1000, len(items)))
+                offset += len(job.items)
+        except Exception as exc:  # noqa: BLE001 - the worker must survive any forward failure
+            log.exception("encoder forward failed (%d texts, role %s)", len(items), role)
+            self.observer.count_batch_failure(role)
+            message = f"encoding failed for this batch of {len(items)} texts: {type(exc).__name__}"
+            for job in live:
+                if not job.future.done():
+                    job.future.set_exception(EncoderFailed(message))

@@ -1,0 +1,133 @@
+"""One exception hierarchy for the service and one mapping to HTTP (DESIGN §5).
+
+Every error leaves as ``{"error": {"type": ..., "message": ...}}`` with its
+status; 429 adds ``Retry-After``. Handlers raise :class:`ServiceError`
+subclasses; validation errors of FastAPI and routing errors of Starlette are
+mapped here too, so that no other module decides a status code.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+# request-size limits live in the schemas as max_length; exceeding them is a 413, not a 422
+_SIZE_LIMITED_FIELDS = {("body", "queries"), ("body", "texts")}
+
+
+class ServiceError(Exception):
+    status = 500
+    type = "internal_error"
+    headers: dict[str, str] = {}
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(ServiceError):
+    status, type = 422, "invalid_request"
+
+
+class PayloadTooLarge(ServiceError):
+    status, type = 413, "payload_too_large"
+
+
+class Unauthorized(ServiceError):
+    status, type = 401, "unauthorized"
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class NotFound(ServiceError):
+    status, type = 404, "not_found"
+
+
+class QueueFull(ServiceError):
+    status, type = 429, "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
+class NotReady(ServiceError):
+    """Model or index not loaded (yet), or the service is shutting down."""
+
+    status, type = 503, "not_ready"
+
+
+class NoIndex(ServiceError):
+    status, type = 503, "no_index"
+
+
+class EncoderTimeout(ServiceError):
+    status, type = 503, "timeout"
+
+
+class EncoderFailed(ServiceError):
+    """The forward pass of this request's batch raised; other batches are unaffected."""
+
+    status, type = 500, "encoder_error"
+
+
+class SearchFailed(ServiceError):
+    status, type = 500, "search_error"
+
+
+def error_body(error_type: str, message: str) -> dict:
+    return {"error": {"type": error_type, "message": message}}
+
+
+def service_error_response(exc: ServiceError) -> JSONResponse:
+    return JSONResponse(error_body(exc.type, exc.message), status_code=exc.status, headers=exc.headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def validation_error_response(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if any(e.get("type") == "too_long" and tuple(e.get("loc", ()))[:2] in _SIZE_LIMITED_FIELDS for e in errors):
+        return service_error_response(PayloadTooLarge(_validation_message(exc)))
+    return service_error_response(InvalidRequest(_validation_message(exc)))
+
+
+def http_error_response(exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. invalid UTF-8): a malformed request
+        return service_error_response(InvalidRequest(f"malformed request body: {exc.detail}"))
+    kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
+    body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail))
+    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        if exc.status >= 500:
+            log.warning("request failed: %s: %s", exc.type, exc.message)
+        return service_error_response(exc)
+
+    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error_response(exc)
+
+    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return http_error_response(exc)
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return service_error_response(ServiceError("internal error"))
+
+    app.add_exception_handler(ServiceError, on_service_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,186 @@
+"""What each route does: tokenize, encode through the worker, search, shape the answer.
+
+Routes stay thin and call one function here. Blocking work leaves the event
+loop: tokenization runs in the default thread pool (off the encoder's
+critical path), forwards on the encoder worker, search and explain on the
+runtime's search threads. Stage times go into the response body and into
+``request.state.timing`` for the ``Server-Timing`` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from encoder.base import Encoded, Role, TokenizedText
+from service.batcher import EncodeOutcome
+from service.errors import NoIndex, NotFound, NotReady, SearchFailed, ServiceError
+from service.runtime import Runtime
+
+TRUNCATION_NOTE = "texts longer than the role's max length are truncated to it, not rejected"
+
+
+class ClientGone(ServiceError):
+    status, type = 499, "client_closed_request"
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def require_ready(rt: Runtime) -> None:
+    if not rt.ready:
+        raise NotReady(f"the service is not ready ({rt.status})")
+
+
+def require_index(rt: Runtime):
+    if rt.index is None:
+        raise NoIndex("no index loaded: this server runs encode-only (start it with --index DIR)")
+    return rt.index
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    # after the body is read, receive() only returns when the client goes away
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def encode_for(rt: Runtime, request: Request, items: list[TokenizedText], role: Role) -> EncodeOutcome:
+    """Encode through the worker; a client that disconnects first takes its job out of the queue."""
+    job = asyncio.ensure_future(rt.batcher.encode(items, role, rt.settings.request_timeout_s))
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not job.done():
+        job.cancel()
+        rt.metrics.count_rejected("client_disconnected")
+        raise ClientGone("the client closed the connection before its texts were encoded")
+    return job.result()
+
+
+async def _in_search_pool(rt: Runtime, fn, *args, **kwargs):
+    return await asyncio.get_running_loop().run_in_executor(rt.search_pool, functools.partial(fn, *args, **kwargs))
+
+
+def _record(request: Request, timing: dict[str, float]) -> dict[str, float]:
+    request.state.timing = timing
+    return timing
+
+
+# -- /encode -------------------------------------------------------------------
+async def encode(rt: Runtime, request: Request, texts: list[str], role: Role) -> dict:
+    require_ready(rt)
+    started = time.perf_counter()
+    items = await run_in_threadpool(rt.encoder.tokenize, texts, role)
+    tokenized = time.perf_counter()
+    outcome = await encode_for(rt, request, items, role)
+    encoded, spec = outcome.encoded, rt.encoder.spec
+    timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "tokenize_ms": _ms(tokenized - started),
+                               "encode_ms": round(outcome.encode_ms, 3), "total_ms": _ms(time.perf_counter() - started)})
+    return {
+        "vectors": encoded.values.tolist(),
+        "gates": None if encoded.gates is None else encoded.gates.tolist(),
+        "dim": spec.dim, "gated_dim": spec.gated_dim, "kind": spec.kind, "role": role,
+        "truncated": [item.truncated for item in items],
+        "timing": timing,
+    }
+
+
+# -- /search -------------------------------------------------------------------
+def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
+    from index.explain import explain
+
+    found = explain(query, rt.index, row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
+    terms = [{"token_id": int(t), "term": rt.encoder.term(int(t)), "query_weight": float(q),
+              "passage_weight": float(p), "contribution": float(c)} for t, q, p, c in found.terms]
+    return {"terms": terms, "lexical": float(found.lexical), "semantic": float(found.semantic),
+            "total": float(found.total)}
+
+
+def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[dict]]:
+    """Search results -> one hit list per query, with text and explanations when asked."""
+    per_query = []
+    for q, (ids, scores, rows) in enumerate(zip(found.ids, found.scores, found.rows)):
+        hits = [{"id": str(doc_id), "score": float(score), "rank": rank}
+                for rank, (doc_id, score) in enumerate(zip(ids, scores), start=1)]
+        if body.return_text:
+            for hit, doc in zip(hits, rt.index.docs.get_many([h["id"] for h in hits])):
+                hit.update(title=doc.title if doc else None, text=doc.text if doc else None)
+        if body.explain:
+            for hit, row in zip(hits, rows):
+                hit["explanation"] = _explanation(rt, encoded[q:q + 1], int(row), lam)
+        per_query.append(hits)
+    return per_query
+
+
+async def search(rt: Runtime, request: Request, body) -> dict:
+    index = require_index(rt)
+    require_ready(rt)
+    started = time.perf_counter()
+    texts = [body.query] if body.query is not None else list(body.queries)
+    items = await run_in_threadpool(rt.encoder.tokenize, texts, "query")
+    outcome = await encode_for(rt, request, items, "query")
+    k = min(body.k, index.count)
+    candidates = min(max(body.candidates, k), index.count)
+    lam = index.lam if body.lam is None else body.lam
+    if k == 0:
+        per_query, search_ms, rerank_ms = [[] for _ in texts], 0.0, 0.0
+    else:
+        try:
+            found = await _in_search_pool(rt, rt.searcher.search, outcome.encoded, k=k, first_stage=body.first_stage,
+                                          candidates=candidates, theta=body.theta, rerank=body.rerank, lam=body.lam)
+        except ServiceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as a JSON 500, the server keeps serving
+            raise SearchFailed(f"search failed: {type(exc).__name__}: {exc}") from exc
+        search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
+        rt.metrics.observe_search(body.first_stage, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
+        per_query = await _in_search_pool(rt, _hits, rt, body, outcome.encoded, found, lam)
+    timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
+                               "search_ms": round(search_ms, 3), "rerank_ms": round(rerank_ms, 3),
+                               "total_ms": _ms(time.perf_counter() - started)})
+    return {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
+            "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind}}
+
+
+# -- /explain ------------------------------------------------------------------
+async def explain(rt: Runtime, request: Request, body) -> dict:
+    index = require_index(rt)
+    require_ready(rt)
+    started = time.perf_counter()
+    row = index.row_of(body.id)
+    if row is None:
+        raise NotFound(f"no document with id {body.id!r} in index {index.name!r}")
+    items = await run_in_threadpool(rt.encoder.tokenize, [body.query], "query")
+    outcome = await encode_for(rt, request, items, "query")
+    lam = index.lam if body.lam is None else body.lam
+    explain_started = time.perf_counter()
+    found = await _in_search_pool(rt, _explanation, rt, outcome.encoded, row, lam)
+    timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
+                               "explain_ms": _ms(time.perf_counter() - explain_started),
+                               "total_ms": _ms(time.perf_counter() - started)})
+    return {"id": body.id, **found, "timing": timing}
+
+
+# -- /info ---------------------------------------------------------------------
+def info(rt: Runtime) -> dict:
+    spec, index, s = rt.encoder.spec, rt.index, rt.settings
+    return {
+        "model": {"model_id": spec.model_id, "dense_model_id": spec.dense_model_id, "kind": spec.kind,
+                  "dim": spec.dim, "gated_dim": spec.gated_dim, "lam": spec.lam, "skip_mlm": spec.skip_mlm,
+                  "device": rt.encoder.device, "max_query_length": spec.max_query_length,
+                  "max_passage_length": spec.max_passage_length, "truncation": TRUNCATION_NOTE},
+        "index": None if index is None else {"name": index.name, "documents": index.count,
+                                             "dim": spec.dim, "lam": float(index.lam)},
+        "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_request_texts": s.max_request_texts,
+                   "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,
+                   "queue_size": s.queue_size},
+        "ready": rt.ready,
+    }
+

@@ -1,0 +1,82 @@
+"""Prometheus metrics of one app (DESIGN §7), in its own registry.
+
+The names are a contract with the Grafana dashboards: add, never rename.
+Durations are seconds in histograms whose buckets resolve milliseconds.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1,
+                    0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServiceMetrics:
+    """Every metric family of the service; the batcher and middleware report into it."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r, p = self.registry, "densehybrid_"
+        self.requests = Counter(p + "requests_total", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.request_duration = Histogram(p + "request_duration_seconds", "HTTP request duration", ["route"],
+                                          buckets=DURATION_BUCKETS, registry=r)
+        self.encode_duration = Histogram(p + "encode_duration_seconds", "encoder forward duration per batch", ["role"],
+                                         buckets=DURATION_BUCKETS, registry=r)
+        self.first_stage_duration = Histogram(p + "first_stage_duration_seconds", "first-stage search duration",
+                                              ["first_stage"], buckets=DURATION_BUCKETS, registry=r)
+        self.rerank_duration = Histogram(p + "rerank_duration_seconds", "exact GIP rerank duration",
+                                         buckets=DURATION_BUCKETS, registry=r)
+        self.queue_wait = Histogram(p + "queue_wait_seconds", "time a request waits for the encoder worker",
+                                    buckets=DURATION_BUCKETS, registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "texts waiting for the encoder worker", registry=r)
+        self.batch_size = Histogram(p + "batch_size", "texts per encoder forward", buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.batch_tokens = Histogram(p + "batch_tokens", "padded tokens per encoder forward",
+                                      buckets=BATCH_TOKEN_BUCKETS, registry=r)
+        self.rejected = Counter(p + "rejected_total", "requests rejected before work, by reason", ["reason"], registry=r)
+        self.index_documents = Gauge(p + "index_documents", "documents in the served index", registry=r)
+        self.index_dims = Gauge(p + "index_dims", "dimensions of the served index's vectors", registry=r)
+        self.model = Info(p + "model", "the served model", registry=r)
+        self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
+
+    # -- reports from the encoder worker (see service.batcher.BatchObserver) --
+    def observe_batch(self, role: str, texts: int, tokens: int, seconds: float) -> None:
+        self.batch_size.observe(texts)
+        self.batch_tokens.observe(tokens)
+        self.encode_duration.labels(role=role).observe(seconds)
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        self.queue_wait.observe(seconds)
+
+    def set_queue_depth(self, texts: int) -> None:
+        self.queue_depth.set(texts)
+
+    def count_rejected(self, reason: str) -> None:
+        self.rejected.labels(reason=reason).inc()
+
+    def count_batch_failure(self, role: str) -> None:
+        self.batch_failures.labels(role=role).inc()
+
+    # -- reports from the search path and the HTTP layer --
+    def observe_search(self, first_stage: str, search_s: float, rerank_s: float | None) -> None:
+        self.first_stage_duration.labels(first_stage=first_stage).observe(search_s)
+        if rerank_s is not None:
+            self.rerank_duration.observe(rerank_s)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route=route, status=str(status)).inc()
+        self.request_duration.labels(route=route).observe(seconds)
+
+    def describe_model(self, *, kind: str, model_id: str, device: str, skip_mlm: bool) -> None:
+        self.model.info({"kind": kind, "model_id": model_id, "device": device, "skip_mlm": str(skip_mlm).lower()})
+
+    def describe_index(self, documents: int, dims: int) -> None:
+        self.index_documents.set(documents)
+        self.index_dims.set(dims)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,114 @@
+"""The HTTP edge of every request: request id, API key, body limit, Server-Timing, metrics, access log.
+
+A plain ASGI middleware so that it sees every response, errors included, and
+can refuse a body before it is read: a ``Content-Length`` over the limit is
+answered 413 at once, and a chunked body is counted as it streams.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+import uuid
+
+from fastapi import HTTPException
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service import logging as service_logging
+from service.errors import PayloadTooLarge, Unauthorized, service_error_response
+from service.metrics import ServiceMetrics
+
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def server_timing(timing: dict[str, float]) -> str:
+    """``{"queue_ms": 0.4, ...}`` -> ``queue;dur=0.4, ...`` (W3C Server-Timing)."""
+    return ", ".join(f"{name.removesuffix('_ms')};dur={value:g}" for name, value in timing.items())
+
+
+def request_id_from(headers: Headers) -> str:
+    """The client's X-Request-ID when it is a sane token, else a fresh one."""
+    sent = headers.get("x-request-id", "")
+    return sent if _REQUEST_ID.match(sent) else uuid.uuid4().hex
+
+
+def _route_label(scope: Scope) -> str:
+    route = scope.get("route")
+    return getattr(route, "path", None) or "unmatched"
+
+
+class ServiceMiddleware:
+    def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int):
+        self.app = app
+        self.metrics = metrics
+        self.api_key = api_key.encode() if api_key else None
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = Headers(scope=scope)
+        request_id = request_id_from(headers)
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        status = 500
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                out = MutableHeaders(scope=message)
+                out["x-request-id"] = request_id
+                if timing := state.get("timing"):
+                    out["server-timing"] = server_timing(timing)
+            await send(message)
+
+        try:
+            refusal = self._refusal(scope, headers)
+            if refusal is not None:
+                await service_error_response(refusal)(scope, receive, send_with_headers)
+            else:
+                await self.app(scope, self._limited(receive), send_with_headers)
+        finally:
+            route = _route_label(scope)
+            elapsed = time.perf_counter() - started
+            self.metrics.observe_request(route, status, elapsed)
+            service_logging.log_request(request_id=request_id, method=scope["method"], route=route,
+                                        path=scope["path"], status=status, duration_ms=elapsed * 1000,
+                                        timing=state.get("timing"))
+
+    def _refusal(self, scope: Scope, headers: Headers):
+        """An error to answer instead of running the app, or None."""
+        if self.api_key is not None and scope["path"] not in OPEN_PATHS and not self._authorized(headers):
+            self.metrics.count_rejected("unauthorized")
+            return Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            self.metrics.count_rejected("body_too_large")
+            return PayloadTooLarge(f"request body over the limit of {self.max_body_bytes} bytes")
+        return None
+
+    def _authorized(self, headers: Headers) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key)
+
+    def _limited(self, receive: Receive) -> Receive:
+        """``receive`` that stops a streamed body once it passes the limit."""
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    self.metrics.count_rejected("body_too_large")
+                    raise HTTPException(413, f"request body over the limit of {self.max_body_bytes} bytes")
+            return message
+
+        return limited_receive

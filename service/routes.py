@@ -1,0 +1,66 @@
+"""The routes of DESIGN §5. Each validates with its schema, calls one handler and returns."""
+
+
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.responses import JSONResponse
+
+from service import handlers
+from service.metrics import CONTENT_TYPE
+from service.runtime import Runtime
+from service.schemas import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready, SearchResponse,
+                             request_models)
+
+_ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {
+    401: "missing or wrong API key",
+    413: "body or batch over the limits",
+    422: "malformed or out-of-range fields",
+    429: "encoder queue full; see Retry-After",
+    500: "encoding or search failed for this request",
+    503: "not ready, no index loaded, or timed out",
+}.items()}
+
+
+def build_router(runtime: Runtime) -> APIRouter:
+    models = request_models(runtime.settings.limits)
+    SearchRequest, EncodeRequest, ExplainRequest = models.search, models.encode, models.explain
+    router = APIRouter()
+
+    @router.post("/search", response_model=SearchResponse, responses=_ERRORS, tags=["retrieval"])
+    async def search(request: Request, body: SearchRequest = Body()) -> dict:  # type: ignore[valid-type]
+        """Top-k documents for a query (or a batch of queries), with the time of each stage."""
+        return await handlers.search(runtime, request, body)
+
+    @router.post("/encode", response_model=EncodeResponse, responses=_ERRORS, tags=["retrieval"])
+    async def encode(request: Request, body: EncodeRequest = Body()) -> dict:  # type: ignore[valid-type]
+        """Vectors (and gates) of texts, as the index stores them (the dense part unscaled)."""
+        return await handlers.encode(runtime, request, body.texts, body.role)
+
+    @router.post("/explain", response_model=ExplainResponse, responses={**_ERRORS, 404: {
+        "model": ErrorBody, "description": "unknown document id"}}, tags=["retrieval"])
+    async def explain(request: Request, body: ExplainRequest = Body()) -> dict:  # type: ignore[valid-type]
+        """Matched terms of a query and a document, and the lexical/semantic split of its score."""
+        return await handlers.explain(runtime, request, body)
+
+    @router.get("/health", response_model=Health, tags=["ops"])
+    async def health() -> dict:
+        """The process is alive."""
+        return {"status": "ok"}
+
+    @router.get("/ready", response_model=Ready, responses={503: {"model": Ready}}, tags=["ops"])
+    async def ready() -> Response:
+        """Model (and index) loaded and warmed up."""
+        body = {"ready": runtime.ready, "status": runtime.status}
+        return JSONResponse(body, status_code=200 if runtime.ready else 503)
+
+    @router.get("/info", response_model=Info, responses={401: _ERRORS[401]}, tags=["ops"])
+    async def info() -> dict:
+        """What is served: model, kind, dims, device, skip_mlm, max lengths, index size, limits."""
+        return handlers.info(runtime)
+
+    @router.get("/metrics", tags=["ops"], response_class=Response,
+                responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format"}})
+    async def metrics() -> Response:
+        """Prometheus metrics."""
+        return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    return router

@@ -1,0 +1,137 @@
+"""What one server process serves: the encoder, its worker, the index and its searcher.
+
+:func:`load_components` reads the model and index named by the settings and
+checks that they belong together (DESIGN §2.2, §4): the index manifest names
+its model, so an index alone is enough, and a model given explicitly must
+match the index's recorded weights hash. :class:`Runtime` then owns the
+encoder worker and the search threads, warms them up, and reports readiness.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from encoder.base import Encoder
+from service.batcher import Batcher
+from service.metrics import ServiceMetrics
+from service.settings import ServiceSettings
+
+if TYPE_CHECKING:  # the index package is only needed when an index is served
+    from index.store import IndexFiles
+
+log = logging.getLogger(__name__)
+
+WARMUP_QUERY = "what is a dense hybrid retriever"
+
+
+class StartupError(RuntimeError):
+    """The model or index cannot be served; the message says which and why."""
+
+
+def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
+    """(encoder, index or None) from the settings; raises :class:`StartupError` with a clear message."""
+    index = _load_index(settings) if settings.index is not None else None
+    if index is None and settings.model is None:
+        raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
+    encoder = _load_encoder(settings, index)
+    if index is not None:
+        from index.store import IndexStoreError, check_compatible
+
+        try:
+            check_compatible(index.spec, encoder.spec)
+        except (IndexStoreError, ValueError) as exc:
+            raise StartupError(f"model {encoder.spec.model_id!r} does not match index {settings.index}: {exc}") from exc
+    return encoder, index
+
+
+def _load_index(settings: ServiceSettings):
+    from index.store import IndexStoreError, load_index
+
+    try:
+        index = load_index(settings.index)
+    except (IndexStoreError, OSError, ValueError) as exc:
+        raise StartupError(f"cannot load index {settings.index}: {exc}") from exc
+    log.info("index loaded", extra={"fields": {"index": str(settings.index), "documents": index.count}})
+    return index
+
+
+def _load_encoder(settings: ServiceSettings, index) -> Encoder:
+    from encoder.loading import load_encoder
+
+    options: dict[str, Any] = {"device": settings.device}
+    if index is not None:  # rebuild the encoder the index was built with
+        spec = index.spec
+        options.update(kind=spec.kind, skip_mlm=spec.skip_mlm, lam=spec.lam, dense_model=spec.dense_model_id,
+                       pooling=spec.pooling, normalize=spec.normalize, max_query_length=spec.max_query_length,
+                       max_passage_length=spec.max_passage_length)
+        options.update({k: v for k, v in (("agg_dim", spec.agg_dim), ("dlr_dim", spec.dlr_dim)) if v is not None})
+    if settings.kind is not None:
+        options["kind"] = settings.kind
+    if settings.dense_model is not None:
+        options["dense_model"] = settings.dense_model
+    model = settings.model or index.spec.model_id
+    try:
+        encoder = load_encoder(model, **options)
+    except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
+        raise StartupError(f"cannot load model {model!r}: {type(exc).__name__}: {exc}") from exc
+    log.info("model loaded", extra={"fields": {"model": model, "kind": encoder.spec.kind, "device": encoder.device}})
+    return encoder
+
+
+class Runtime:
+    """The loaded encoder (+ index), the encoder worker, the search threads and readiness."""
+
+    def __init__(self, settings: ServiceSettings, encoder: Encoder, index=None, *,
+                 metrics: ServiceMetrics | None = None):
+        self.settings = settings
+        self.encoder = encoder
+        self.index = index
+        self.metrics = metrics or ServiceMetrics()
+        self.searcher = self._make_searcher(index, encoder) if index is not None else None
+        self.batcher = Batcher(encoder, max_batch_size=settings.max_batch_size,
+                               max_batch_tokens=settings.max_batch_tokens, max_wait_s=settings.max_wait_ms / 1000,
+                               queue_size=settings.queue_size, retry_after_s=settings.retry_after_s,
+                               observer=self.metrics)
+        self.search_pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
+        self._ready = threading.Event()
+        self.status = "starting"
+        spec = encoder.spec
+        self.metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm)
+        if index is not None:
+            self.metrics.describe_index(index.count, spec.dim)
+
+    @staticmethod
+    def _make_searcher(index, encoder: Encoder):
+        from index.searcher import Searcher
+
+        return Searcher(index, device=encoder.device)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def start(self) -> None:
+        self.batcher.start()
+        self.status = "warming up"
+
+    def warm_up(self) -> None:
+        """One query through tokenizer, worker, first stage and rerank; then ready."""
+        started = time.perf_counter()
+        if self.settings.warmup:
+            items = self.encoder.tokenize([WARMUP_QUERY], "query")
+            encoded = self.batcher.submit(items, "query").result(timeout=self.settings.request_timeout_s * 10).encoded
+            if self.searcher is not None:
+                self.searcher.search(encoded, k=min(10, self.index.count), candidates=min(100, self.index.count))
+        self.status = "ready"
+        self._ready.set()
+        log.info("ready", extra={"fields": {"warmup_ms": round((time.perf_counter() - started) * 1000, 1)}})
+
+    def stop(self) -> None:
+        self._ready.clear()
+        self.status = "shutting down"
+        self.batcher.stop()
+        self.search_pool.shutdown(wait=True)

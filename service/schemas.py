@@ -1,0 +1,194 @@
+"""Request and response bodies of the HTTP API (DESIGN §5).
+
+Limits live in field constraints. The request models depend on configured
+limits (max k, max batch), so :func:`request_models` builds them for one
+:class:`~service.settings.Limits`; the OpenAPI schema then shows the real
+bounds. Unknown fields are rejected. Response models are fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from service.settings import Limits
+
+# a text must contain something besides whitespace; over-long texts are truncated, not rejected
+Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
+DocId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+FirstStage = Literal["ip", "approx_gip"]
+Role = Literal["query", "passage"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class RequestModels:
+    search: type[BaseModel]
+    encode: type[BaseModel]
+    explain: type[BaseModel]
+
+
+def request_models(limits: Limits) -> RequestModels:
+    """The three request bodies with the given limits in their constraints."""
+    Texts = Annotated[list[Text], Field(min_length=1, max_length=limits.max_request_texts)]
+
+    class SearchRequest(_Strict):
+        """One ``query`` or a batch of ``queries`` (exactly one of the two)."""
+
+        model_config = ConfigDict(extra="forbid", populate_by_name=False, title="SearchRequest")
+        query: Text | None = Field(None, description="a single query; the response's `results` is a list of hits")
+        queries: Texts | None = Field(None, description="a batch of queries; `results` is a list of hit lists")
+        k: int = Field(10, ge=1, le=limits.max_k, description="hits per query (fewer if the index is smaller)")
+        first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
+        candidates: int = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
+        theta: float = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
+        rerank: bool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
+        lam: float | None = Field(None, alias="lambda", ge=0, le=1e4, allow_inf_nan=False,
+                                  description="weight of the query's dense part; default: the index's")
+        return_text: bool = Field(False, description="include each hit's title and text")
+        explain: bool = Field(False, description="include each hit's matched terms and score split")
+
+        @model_validator(mode="after")
+        def _one_of_query_or_queries(self):
+            if (self.query is None) == (self.queries is None):
+                raise ValueError("give exactly one of 'query' or 'queries'")
+            return self
+
+    class EncodeRequest(_Strict):
+        model_config = ConfigDict(extra="forbid", title="EncodeRequest")
+        texts: Texts = Field(description="texts to encode; over-long texts are truncated to the role's max length")
+        role: Role = Field("query", description="query or passage encoder side and max length")
+
+    class ExplainRequest(_Strict):
+        model_config = ConfigDict(extra="forbid", title="ExplainRequest")
+        query: Text
+        id: DocId = Field(description="document id in the index")
+        lam: float | None = Field(None, alias="lambda", ge=0, le=1e4, allow_inf_nan=False)
+
+    return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
+
+
+# -- responses ---------------------------------------------------------------
+class SearchTiming(BaseModel):
+    queue_ms: float
+    encode_ms: float
+    search_ms: float
+    rerank_ms: float
+    total_ms: float
+
+
+class EncodeTiming(BaseModel):
+    queue_ms: float
+    tokenize_ms: float
+    encode_ms: float
+    total_ms: float
+
+
+class ExplainTiming(BaseModel):
+    queue_ms: float
+    encode_ms: float
+    explain_ms: float
+    total_ms: float
+
+
+class Term(BaseModel):
+    token_id: int
+    term: str
+    query_weight: float
+    passage_weight: float
+    contribution: float
+
+
+class Explanation(BaseModel):
+    terms: list[Term] = Field(description="matched lexical terms, largest contribution first")
+    lexical: float = Field(description="gated (lexical) part of the score")
+    semantic: float = Field(description="dense part of the score, lambda applied")
+    total: float
+
+
+class Hit(BaseModel):
+    id: str
+    score: float
+    rank: int = Field(ge=1)
+    title: str | None = None
+    text: str | None = None
+    explanation: Explanation | None = None
+
+
+class IndexSummary(BaseModel):
+    name: str
+    documents: int
+    kind: str
+
+
+class SearchResponse(BaseModel):
+    results: list[Hit] | list[list[Hit]] = Field(description="hits for `query`, or one hit list per entry of `queries`")
+    timing: SearchTiming
+    index: IndexSummary
+
+
+class EncodeResponse(BaseModel):
+    vectors: list[list[float]] = Field(description="(n, dim) values; the dense part unscaled")
+    gates: list[list[int]] | None = Field(description="(n, gated_dim) DLR indexes, for kinds with gates")
+    dim: int
+    gated_dim: int
+    kind: str
+    role: Role
+    truncated: list[bool] = Field(description="whether each text was cut to the max length")
+    timing: EncodeTiming
+
+
+class ExplainResponse(Explanation):
+    id: str
+    timing: ExplainTiming
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    ready: bool
+    status: str
+
+
+class ModelInfo(BaseModel):
+    model_id: str
+    dense_model_id: str | None
+    kind: str
+    dim: int
+    gated_dim: int
+    lam: float
+    skip_mlm: bool
+    device: str
+    max_query_length: int
+    max_passage_length: int
+    truncation: str
+
+
+class IndexInfo(BaseModel):
+    name: str
+    documents: int
+    dim: int
+    lam: float
+
+
+class Info(BaseModel):
+    model: ModelInfo
+    index: IndexInfo | None
+    limits: dict[str, int]
+    ready: bool
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

@@ -1,0 +1,90 @@
+"""The service's configuration: one settings object (DESIGN §6).
+
+Every field reads from an environment variable ``DENSEHYBRID_<FIELD>`` (e.g.
+``DENSEHYBRID_MAX_BATCH_SIZE=64``) and is mirrored by a ``densehybrid serve``
+flag; flags win over the environment. Secrets are ``SecretStr`` so that the
+effective settings can be logged at start without leaking them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+log = logging.getLogger(__name__)
+
+
+class ServiceSettings(BaseSettings):
+    """Settings of one ``densehybrid serve`` process (one model, at most one index)."""
+
+    model_config = SettingsConfigDict(env_prefix="DENSEHYBRID_", extra="ignore", validate_default=True)
+
+    model: str | None = Field(None, description="model directory or zoo name; defaults to the one the index manifest names")
+    index: Path | None = Field(None, description="index directory; without one the service is encode-only")
+    kind: str | None = Field(None, description="model kind when the model directory does not state it (no index)")
+    dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
+    device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1); default: a GPU if present")
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")
+
+    # encoder worker (DESIGN §6)
+    max_batch_size: int = Field(32, ge=1, le=4096, description="texts per encoder forward")
+    max_batch_tokens: int = Field(16384, ge=1, description="padded tokens (texts x longest) per forward")
+    max_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long the worker waits to fill a batch")
+    queue_size: int = Field(1024, ge=1, description="texts waiting for the encoder before 429")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")
+    request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for the encoder")
+    search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
+
+    # request limits (422 above the value limits, 413 above the size limits)
+    max_k: int = Field(1000, ge=1, description="largest k in /search")
+    max_candidates: int = Field(10000, ge=1, description="largest first-stage depth K1")
+    max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body; checked before parsing")
+
+    # security and ops
+    api_key: SecretStr | None = Field(None, description="when set, required as 'Authorization: Bearer <key>'")
+    cors_origins: list[str] = Field(default_factory=list, description="allowed CORS origins; empty = CORS off")
+    log_level: str = Field("INFO", description="logging level")
+    log_json: bool = Field(True, description="JSON log lines (false: plain text)")
+    warmup: bool = Field(True, description="run one query through model and index before /ready")
+
+    @field_validator("api_key")
+    @classmethod
+    def _empty_key_is_no_key(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in logging.getLevelNamesMapping():
+            raise ValueError(f"unknown log level {value!r}")
+        return level
+
+    def redacted(self) -> dict:
+        """The effective settings with secrets hidden, for the start-up log line."""
+        data = self.model_dump(mode="json")
+        data["api_key"] = "**********" if self.api_key is not None else None
+        return data
+
+    @property
+    def limits(self) -> "Limits":
+        return Limits(self.max_k, self.max_candidates, self.max_request_texts)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The request limits the schemas enforce in their field constraints."""
+
+    max_k: int
+    max_candidates: int
+    max_request_texts: int
+
+
+def log_effective(settings: ServiceSettings) -> None:
+    log.info("effective settings", extra={"fields": {"settings": settings.redacted()}})
