@@ -1,0 +1,52 @@
+"""The one place that decides where and how the encoders run.
+
+CUDA when present unless the caller names a device; fp16 autocast on CUDA only
+(CPU stays float32, so CPU results are the reference); thread count for CPU.
+The CUDA branch is deliberately thin: everything it does is also done on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+
+from encoder.errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    """``None``/``"auto"`` -> ``cuda`` if available else ``cpu``; ``"cpu"``, ``"cuda"``, ``"cuda:N"`` as given."""
+    if requested in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError as exc:
+        raise DeviceError(f"unknown device {requested!r}; use cpu, cuda, cuda:N or auto") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {requested!r} requested but CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise DeviceError(f"device {requested!r} requested but only {torch.cuda.device_count()} CUDA devices exist")
+    elif device.type != "cpu":
+        raise DeviceError(f"unsupported device {requested!r}; use cpu, cuda, cuda:N or auto")
+    return device
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """fp16 autocast on CUDA; a no-op on CPU (float32 there)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+def set_cpu_threads(threads: int | None) -> None:
+    """Intra-op threads for CPU forwards (``None`` keeps torch's default)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+    log.info("torch intra-op threads set to %d", threads)

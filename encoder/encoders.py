@@ -1,0 +1,171 @@
+"""One encoder class per kind (DESIGN §1), sharing the tokenize/pad/chunk/forward loop.
+
+Layout of every output row (see :mod:`encoder.base`): gated part first (a DLR),
+then the open part; dense parts are unscaled (λ is the searcher's, query side).
+
+- ``aggretriever``: ``[agg(lexical) (agg_dim) ; pooler(H_0)]``, no gates;
+- ``dhr``: ``[DLR value ; pooler(H_0)]``, gates = DLR index;
+- ``dlr``: ``DLR value``, gates = DLR index;
+- ``cls``: pooled ([CLS] or mean) hidden state, optionally L2-normalised;
+- ``fusion``: a ``dlr`` encoder's row then a ``cls`` encoder's row (two models).
+
+The lexical V-dim vector is ``delade`` (§2.1), ``skip_mlm`` (§2.2, no MLM head
+loaded, no vocabulary logits) or ``splade`` (§2.3).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from encoder import representations as R
+from encoder.backbone import Backbone
+from encoder.base import Encoded, Encoder, EncoderSpec, Role, TokenizedText
+from encoder.device import autocast
+from encoder.heads import LinearHead
+from encoder.tokenization import length_chunks, pad
+
+MODEL_KEY = "model"
+# padded tokens per forward. The MLM path materialises a few (tokens x V) float32
+# tensors (logits, softmax, weighted, masked): 512 x 30522 x 4 B = 62.5 MB each.
+MLM_TOKEN_BUDGET = {"cpu": 512, "cuda": 2048}
+DENSE_TOKEN_BUDGET = {"cpu": 8192, "cuda": 16384}
+
+
+class TransformerEncoder(Encoder):
+    """Tokenize with the backbone's tokenizer; encode in length-sorted chunks under a token budget."""
+
+    def __init__(self, spec: EncoderSpec, backbone: Backbone, device: torch.device, token_budget: int | None = None):
+        self.spec = spec
+        self.backbone = backbone.to(device)
+        self._device = device
+        budgets = MLM_TOKEN_BUDGET if backbone.with_mlm else DENSE_TOKEN_BUDGET
+        self.token_budget = token_budget or budgets.get(device.type, budgets["cpu"])
+
+    @property
+    def device(self) -> str:
+        return str(self._device)
+
+    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
+        return [TokenizedText({MODEL_KEY: ids}, truncated=cut) for ids, cut in self.backbone.tokenizer(texts, role)]
+
+    def term(self, token_id: int) -> str:
+        return self.backbone.tokenizer.term(token_id)
+
+    def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
+        if not items:
+            return self._empty()
+        rows = [item.ids[MODEL_KEY] for item in items]
+        values = np.empty((len(rows), self.spec.dim), dtype=np.float32)
+        gates = np.empty((len(rows), self.spec.gated_dim), dtype=np.uint8) if self.spec.gated_dim else None
+        for chunk in length_chunks([len(r) for r in rows], self.token_budget):
+            input_ids, mask = pad([rows[i] for i in chunk], self.backbone.tokenizer.pad_id, self._device)
+            with torch.inference_mode(), autocast(self._device):
+                chunk_values, chunk_gates = self._forward(input_ids, mask, role)
+            values[chunk] = chunk_values.float().cpu().numpy()
+            if gates is not None:
+                gates[chunk] = chunk_gates.cpu().numpy()
+        return Encoded(values, gates)
+
+    def _empty(self) -> Encoded:
+        gated = self.spec.gated_dim
+        return Encoded(np.zeros((0, self.spec.dim), np.float32), np.zeros((0, gated), np.uint8) if gated else None)
+
+    @abc.abstractmethod
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, role: Role) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, L) ids and mask -> values (B, dim) and gates (B, gated_dim) uint8 or None."""
+
+
+class CLSEncoder(TransformerEncoder):
+    """Single-vector bi-encoders (Condenser, coCondenser, SimLM, MASTER, sentence-transformers)."""
+
+    def _forward(self, input_ids, mask, role):
+        hidden, _ = self.backbone.forward(input_ids, mask, role)
+        hidden = hidden.float()
+        pooled = R.mean_pool(hidden, mask) if self.spec.pooling == "mean" else R.cls_pool(hidden)
+        return (R.l2_normalize(pooled) if self.spec.normalize else pooled), None
+
+
+class LexicalEncoder(TransformerEncoder):
+    """Shared by the kinds built on a V-dim lexical vector."""
+
+    def __init__(self, spec: EncoderSpec, backbone: Backbone, device: torch.device, *,
+                 term_weight: LinearHead | None = None, pooler: LinearHead | None = None,
+                 token_budget: int | None = None):
+        if spec.lexical in ("delade", "skip_mlm") and term_weight is None:
+            raise ValueError(f"lexical {spec.lexical!r} needs a term-weight head")
+        if backbone.with_mlm == (spec.lexical == "skip_mlm"):
+            raise ValueError(f"lexical {spec.lexical!r} with a backbone with_mlm={backbone.with_mlm}")
+        super().__init__(spec, backbone, device, token_budget)
+        self.term_weight = term_weight.to(device) if term_weight is not None else None
+        self.pooler = pooler.to(device) if pooler is not None else None
+
+    def _lexical(self, input_ids, mask, role) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> lexical vector (B, V) float32 and last hidden states (B, L, d)."""
+        hidden, logits = self.backbone.forward(input_ids, mask, role)
+        if self.spec.lexical == "splade":
+            return R.splade_lexical(logits, mask), hidden
+        weights = self.term_weight(hidden, role).squeeze(-1).float()
+        if self.spec.lexical == "skip_mlm":
+            return R.skip_mlm_lexical(input_ids, weights, mask, self.backbone.vocab_size), hidden
+        return R.term_weighted_mlm(logits, weights, mask), hidden
+
+    def _projected_cls(self, hidden, role) -> torch.Tensor:
+        return self.pooler(R.cls_pool(hidden), role).float()
+
+
+class AggretrieverEncoder(LexicalEncoder):
+    def _forward(self, input_ids, mask, role):
+        lexical, hidden = self._lexical(input_ids, mask, role)
+        agg = R.aggregate_full(lexical, self.spec.agg_dim)
+        return torch.cat([agg, self._projected_cls(hidden, role)], dim=1), None
+
+
+class DLREncoder(LexicalEncoder):
+    def _forward(self, input_ids, mask, role):
+        lexical, _ = self._lexical(input_ids, mask, role)
+        return R.densify(lexical, self.spec.dlr_dim)
+
+
+class DHREncoder(LexicalEncoder):
+    def _forward(self, input_ids, mask, role):
+        lexical, hidden = self._lexical(input_ids, mask, role)
+        values, gates = R.densify(lexical, self.spec.dlr_dim)
+        return torch.cat([values, self._projected_cls(hidden, role)], dim=1), gates
+
+
+LEXICAL_KEY, DENSE_KEY = "lexical", "dense"
+
+
+class FusionEncoder(Encoder):
+    """A SPLADE-style model's DLR ⊕ any dense model's vector: two tokenizers, two forwards."""
+
+    def __init__(self, spec: EncoderSpec, lexical: DLREncoder, dense: CLSEncoder):
+        self.spec, self.lexical, self.dense = spec, lexical, dense
+
+    @property
+    def device(self) -> str:
+        return self.lexical.device
+
+    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
+        halves = zip(self.lexical.tokenize(texts, role), self.dense.tokenize(texts, role))
+        return [TokenizedText({LEXICAL_KEY: lex.ids[MODEL_KEY], DENSE_KEY: den.ids[MODEL_KEY]},
+                              truncated=lex.truncated or den.truncated) for lex, den in halves]
+
+    def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
+        lexical = self.lexical.encode_tokenized([TokenizedText({MODEL_KEY: i.ids[LEXICAL_KEY]}) for i in items], role)
+        dense = self.dense.encode_tokenized([TokenizedText({MODEL_KEY: i.ids[DENSE_KEY]}) for i in items], role)
+        return Encoded(np.concatenate([lexical.values, dense.values], axis=1), lexical.gates)
+
+    def term(self, token_id: int) -> str:
+        return self.lexical.term(token_id)
+
+
+ENCODER_CLASSES: dict[str, type[LexicalEncoder]] = {
+    "aggretriever": AggretrieverEncoder,
+    "dhr": DHREncoder,
+    "dlr": DLREncoder,
+}
