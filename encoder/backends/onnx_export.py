@@ -1,4 +1,4 @@
-"""Export a transformers model to the two ONNX graphs :class:`Backbone` needs.
+"""Export a transformers model to the two ONNX graphs the ONNX Runtime backend runs.
 
 ``backbone.onnx``: (input_ids, attention_mask) -> last_hidden_state (B, L, d), batch and
 length dynamic. ``mlm_head.onnx``: hidden rows (N, d) -> logits (N, V), only when the
@@ -23,14 +23,28 @@ from pathlib import Path
 
 import torch
 
-from encoder.backends.backbone import base_model_of, mlm_head_of
-
 log = logging.getLogger(__name__)
 
 OPSET = 17
 BACKBONE_FILE = "backbone.onnx"
 HEAD_FILE = "mlm_head.onnx"
 META_FILE = "export.json"
+
+
+def base_model_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The encoder stack of a transformers model, with or without an MLM head on top."""
+    return getattr(model, "base_model", model)
+
+
+def mlm_head_of(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The MLM head of a transformers masked-LM model as one module ``(..., d) -> (..., V)``; None if absent."""
+    if hasattr(model, "vocab_projector"):  # DistilBertForMaskedLM keeps its head as loose layers
+        return torch.nn.Sequential(model.vocab_transform, model.activation, model.vocab_layer_norm, model.vocab_projector)
+    for name in ("cls", "lm_head"):  # BertForMaskedLM, RobertaForMaskedLM
+        head = getattr(model, name, None)
+        if isinstance(head, torch.nn.Module):
+            return head
+    return None
 
 
 class _HiddenStates(torch.nn.Module):
