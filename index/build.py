@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoder.base import Encoded, Encoder
+from encoder.base import Encoded, Encoder, EncoderSpec
 from index import flat, lambda_auto, shards, store
 from index.store import Document, IndexWriteError
 
@@ -73,7 +73,8 @@ def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int) -> 
     return encoded[inverse]
 
 
-def _state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
+def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
+    """What a resumed build must share with the interrupted one."""
     return {
         "format_version": store.FORMAT_VERSION,
         "corpus_sha256": store.sha256_file(corpus),
@@ -120,7 +121,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     total = count_corpus(corpus)
     work = shards.work_dir(out)
-    shards.start(work, _state(encoder, corpus, options), resume=options.resume)
+    shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
     _encode_shards(encoder, corpus, work, options, total)
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
@@ -134,4 +135,26 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     store.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
     log.info("published index %s (%d passages, λ=%g by %s)", out, total, lam, lam_info["method"])
+    return out
+
+
+def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
+                      lam: float | None = None, pq: flat.PQConfig | None = None, name: str | None = None,
+                      shard_size: int = 65_536) -> Path:
+    """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools)."""
+    out = Path(out)
+    if out.exists():
+        raise IndexWriteError(f"{out}: already exists")
+    if len(encoded) != len(docs) or encoded.values.shape[1] != spec.dim:
+        raise ValueError(f"{len(encoded)} vectors of dim {encoded.values.shape[1]} for {len(docs)} docs, spec dim {spec.dim}")
+    work = shards.work_dir(out)
+    shards.start(work, {"encoder": spec.to_dict(), "from": "arrays"}, resume=False)
+    for number, s in enumerate(range(0, len(docs), shard_size)):
+        part = encoded[s:s + shard_size]
+        shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
+    staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
+    store.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
+                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"}, extra={"lambda": {"method": "fixed"}})
+    store.publish(staged, out)
+    shards.finish(work)
     return out

@@ -83,6 +83,11 @@ def serve_command(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
 
+# -- index build, search, eval (service/index_cli.py) --
+from service import index_cli  # noqa: E402
+
+index_cli.register(app)
+
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

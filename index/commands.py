@@ -1,0 +1,108 @@
+"""What the ``index build``, ``search`` and ``eval`` commands do, without the printing.
+
+The CLI (``service/cli.py``) parses flags and prints; these functions load,
+encode, search and measure, so that tests and scripts can call them directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from encoder.backends.fake import FakeEncoder
+from encoder.base import KINDS, Encoder, EncoderSpec
+from index import evaluate
+from index.searcher import Searcher, SearchResults
+from index.store import IndexFiles, check_compatible
+
+log = logging.getLogger(__name__)
+
+# "fake:KIND" on a command line; "fake-KIND" is the model id a FakeEncoder records in an index
+FAKE_PREFIXES = ("fake:", "fake-")
+
+
+def load_model(model: str, load_kwargs: dict) -> Encoder:
+    """``fake:KIND`` -> the deterministic weightless FakeEncoder (tests, demos); else ``load_encoder``."""
+    if model.startswith(FAKE_PREFIXES):
+        kind = model[len("fake:"):]
+        if kind not in KINDS:
+            raise ValueError(f"unknown fake kind {kind!r}; one of {', '.join(KINDS)}")
+        return FakeEncoder(kind, lam=load_kwargs.get("lam") or 1.0)
+    from encoder.loading import load_encoder
+
+    return load_encoder(model, **load_kwargs)
+
+
+def spec_load_kwargs(spec: EncoderSpec, device: str | None = None) -> dict:
+    """``load_encoder`` arguments that reload the encoder an index was built with."""
+    return {
+        "kind": spec.kind, "skip_mlm": spec.skip_mlm, "agg_dim": spec.agg_dim or 640, "dlr_dim": spec.dlr_dim or 768,
+        "lam": spec.lam, "dense_model": spec.dense_model_id, "pooling": spec.pooling, "normalize": spec.normalize,
+        "device": device, "max_query_length": spec.max_query_length, "max_passage_length": spec.max_passage_length,
+    }
+
+
+def encoder_for_index(index: IndexFiles, model: str | None = None, load_kwargs: dict | None = None) -> Encoder:
+    """The model named on the command line, else the one the manifest records; checked against the index."""
+    if model:
+        encoder = load_model(model, load_kwargs or {})
+    else:
+        device = (load_kwargs or {}).get("device")
+        encoder = load_model(index.spec.model_id, spec_load_kwargs(index.spec, device))
+    check_compatible(index.spec, encoder.spec)
+    return encoder
+
+
+@dataclass
+class TimedResults:
+    results: SearchResults
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], *, batch_size: int = 64, **search_kwargs) -> TimedResults:
+    """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
+    ids, scores, rows = [], [], []
+    timing = {"encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0}
+    for s in range(0, len(texts), batch_size):
+        start = time.perf_counter()
+        encoded = encoder.encode(texts[s:s + batch_size], "query")
+        timing["encode_ms"] += (time.perf_counter() - start) * 1000
+        found = searcher.search(encoded, **search_kwargs)
+        ids += found.ids
+        scores += found.scores
+        rows += found.rows
+        for key in ("search_ms", "rerank_ms"):
+            timing[key] += found.timing[key]
+    return TimedResults(SearchResults(ids, scores, rows, dict(timing)), timing)
+
+
+@dataclass
+class EvalOutcome:
+    metrics: dict[str, float]
+    queries: int
+    timing: dict[str, float]
+
+
+def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder | None, bm25: bool = False,
+             run_path: Path | None = None, device: str = "cpu", depth: int = 1000, **search_kwargs) -> EvalOutcome:
+    """Evaluate the index's model (or BM25 over the index's passages) on the judged queries."""
+    queries = evaluate.read_queries(queries_path)
+    qrels = evaluate.read_qrels(qrels_path)
+    qids = [q for q in queries if qrels.get(q)]
+    texts = [queries[q] for q in qids]
+    start = time.perf_counter()
+    if bm25:
+        docs = list(index.docs.iter_rows())
+        ids, scores = evaluate.bm25_search([d.id for d in docs], [f"{d.title} {d.text}".strip() for d in docs], texts, depth)
+        timing = {"total_ms": (time.perf_counter() - start) * 1000}
+        tag = "bm25"
+    else:
+        found = search_texts(encoder, Searcher(index, device=device), texts, k=depth, **search_kwargs)
+        ids, scores, timing = found.results.ids, found.results.scores, found.timing
+        tag = f"densehybrid-{index.spec.kind}"
+    if run_path is not None:
+        evaluate.write_trec_run(run_path, qids, ids, scores, tag)
+    metrics = evaluate.evaluate(evaluate.to_run(qids, ids, scores), qrels)
+    return EvalOutcome(metrics, len(qids), timing)

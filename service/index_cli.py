@@ -1,0 +1,150 @@
+"""``densehybrid index build``, ``densehybrid search`` and ``densehybrid eval``: flags in, tables out.
+
+Registered on the main app by ``service/cli.py`` via :func:`register`. The work
+itself is in ``index.build`` and ``index.commands``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from encoder.errors import EncoderError
+from index import commands, flat
+from index.build import BuildOptions, build_index
+from index.evaluate import EvalInputError
+from index.searcher import FIRST_STAGES, Searcher, SearchError
+from index.store import IndexStoreError, load_index
+from service.encoder_options import EncoderOptions, with_encoder_options
+
+log = logging.getLogger(__name__)
+console = Console()
+index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
+
+_KNOWN_ERRORS = (IndexStoreError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(2)
+
+
+def _check_first_stage(value: str) -> str:
+    if value not in FIRST_STAGES:
+        raise typer.BadParameter(f"one of {', '.join(FIRST_STAGES)}")
+    return value
+
+
+@index_app.command("build")
+@with_encoder_options
+def index_build(
+    corpus: Path = typer.Option(..., "--corpus", exists=True, dir_okay=False, help="BEIR corpus.jsonl (_id, title, text)"),
+    out: Path = typer.Option(..., "--out", help="index directory to create (published atomically)"),
+    resume: bool = typer.Option(False, "--resume", help="continue an interrupted build of the same corpus and model"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing index at --out"),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="passages per forward"),
+    shard_size: int = typer.Option(4096, "--shard-size", min=1, help="passages per shard (the resume granularity)"),
+    auto_lambda: bool = typer.Option(False, "--auto-lambda", help="dhr/fusion: choose λ from the corpus (index.lambda_auto)"),
+    pq_m: int = typer.Option(0, "--pq", min=0, help="IndexPQ first stage with this many sub-quantizers (0: exact FlatIP)"),
+    pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
+    name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    encoder: EncoderOptions = None,
+) -> None:
+    """Encode a corpus and publish an index (manifest, Faiss, float16 values, uint8 gates, SQLite texts)."""
+    if not encoder.model:
+        raise typer.BadParameter("--model is required")
+    options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
+                           lam="auto" if auto_lambda else encoder.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
+                           name=name, progress=not no_progress)
+    try:
+        model = commands.load_model(encoder.model, encoder.load_kwargs())
+        start = time.perf_counter()
+        build_index(model, corpus, out, options)
+        seconds = time.perf_counter() - start
+        index = load_index(out)
+    except _KNOWN_ERRORS as exc:
+        raise _fail(exc) from exc
+    console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
+                  f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
+
+
+def _load(index_dir: Path, encoder: EncoderOptions):
+    index = load_index(index_dir)
+    model = commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
+    return index, model
+
+
+@with_encoder_options
+def search(
+    query: str = typer.Argument(..., help="query text"),
+    index_dir: Path = typer.Option(..., "--index", help="index directory"),
+    k: int = typer.Option(10, "-k", "--k", min=1, help="results to show"),
+    first_stage: str = typer.Option("ip", "--first-stage", callback=_check_first_stage, help="ip or approx_gip"),
+    candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
+    theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
+    encoder: EncoderOptions = None,
+) -> None:
+    """Search an index with one query; prints rank, id, score, a snippet and the stage times.
+
+    The model is the one the index records unless --model is given (it must match the index).
+    """
+    try:
+        index, model = _load(index_dir, encoder)
+        searcher = Searcher(index)
+        found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
+                                      theta=theta, rerank=not no_rerank, lam=encoder.lam)
+    except _KNOWN_ERRORS as exc:
+        raise _fail(exc) from exc
+    table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
+    for rank, (doc, doc_id, score) in enumerate(zip(index.docs.get_many(found.results.ids[0]), found.results.ids[0],
+                                                    found.results.scores[0]), 1):
+        text = "" if doc is None else f"{doc.title} {doc.text}".strip()
+        table.add_row(str(rank), doc_id, f"{score:.4f}", text[:100] + ("…" if len(text) > 100 else ""))
+    console.print(table)
+    console.print("  ".join(f"{key} {value:.2f}" for key, value in found.timing.items()))
+
+
+@with_encoder_options
+def eval_command(
+    index_dir: Path = typer.Option(..., "--index", help="index directory"),
+    queries: Path = typer.Option(..., "--queries", exists=True, dir_okay=False, help="BEIR queries.jsonl"),
+    qrels: Path = typer.Option(..., "--qrels", exists=True, dir_okay=False, help="qrels (BEIR or TREC columns, header optional)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object: nDCG@10, MRR@10, R@100, R@1000"),
+    run: Optional[Path] = typer.Option(None, "--run", help="also write a TREC run file"),
+    first_stage: str = typer.Option("ip", "--first-stage", callback=_check_first_stage, help="ip or approx_gip"),
+    candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
+    theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
+    bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
+    encoder: EncoderOptions = None,
+) -> None:
+    """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries."""
+    try:
+        index = load_index(index_dir)
+        model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
+        outcome = commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
+                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam)
+    except _KNOWN_ERRORS as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        typer.echo(json.dumps(outcome.metrics))
+        return
+    what = "BM25" if bm25 else f"{index.spec.kind} ({index.spec.model_id})"
+    table = Table("system", *outcome.metrics, title=f"{index.name}: {outcome.queries} judged queries")
+    table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
+    console.print(table)
+    console.print("  ".join(f"{key} {value:.1f}" for key, value in outcome.timing.items()))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(index_app, name="index")
+    app.command("search")(search)
+    app.command("eval")(eval_command)
