@@ -18,7 +18,8 @@ from starlette.concurrency import run_in_threadpool
 
 from encoder.base import Encoded, Role, TokenizedText
 from service.batcher import EncodeOutcome
-from service.errors import NoIndex, NotFound, NotReady, SearchFailed, ServiceError
+from index.searcher import SearchError
+from service.errors import InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed, ServiceError
 from service.runtime import Runtime
 
 TRUNCATION_NOTE = "texts longer than the role's max length are truncated to it, not rejected"
@@ -97,8 +98,8 @@ def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
     from index.explain import explain
 
     found = explain(query, rt.index, row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
-    terms = [{"token_id": int(t), "term": rt.encoder.term(int(t)), "query_weight": float(q),
-              "passage_weight": float(p), "contribution": float(c)} for t, q, p, c in found.terms]
+    terms = [{"token_id": t.token_id, "term": rt.encoder.term(t.token_id), "query_weight": t.query_weight,
+              "passage_weight": t.passage_weight, "contribution": t.contribution} for t in found.terms]
     return {"terms": terms, "lexical": float(found.lexical), "semantic": float(found.semantic),
             "total": float(found.total)}
 
@@ -135,8 +136,8 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         try:
             found = await _in_search_pool(rt, rt.searcher.search, outcome.encoded, k=k, first_stage=body.first_stage,
                                           candidates=candidates, theta=body.theta, rerank=body.rerank, lam=body.lam)
-        except ServiceError:
-            raise
+        except SearchError as exc:
+            raise InvalidRequest(str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - reported as a JSON 500, the server keeps serving
             raise SearchFailed(f"search failed: {type(exc).__name__}: {exc}") from exc
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))

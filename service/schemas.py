@@ -26,6 +26,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _no_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
 @dataclass(frozen=True)
 class RequestModels:
     search: type[BaseModel]
@@ -40,9 +44,13 @@ def request_models(limits: Limits) -> RequestModels:
     class SearchRequest(_Strict):
         """One ``query`` or a batch of ``queries`` (exactly one of the two)."""
 
-        model_config = ConfigDict(extra="forbid", populate_by_name=False, title="SearchRequest")
-        query: Text | None = Field(None, description="a single query; the response's `results` is a list of hits")
-        queries: Texts | None = Field(None, description="a batch of queries; `results` is a list of hit lists")
+        # exactly one of query/queries, stated in the schema too; neither accepts null
+        model_config = ConfigDict(extra="forbid", title="SearchRequest", json_schema_extra={
+            "oneOf": [{"required": ["query"]}, {"required": ["queries"]}]})
+        query: Text = Field(None, description="a single query; the response's `results` is a list of hits",
+                            json_schema_extra=_no_default)
+        queries: Texts = Field(None, description="a batch of queries; `results` is a list of hit lists",
+                               json_schema_extra=_no_default)
         k: int = Field(10, ge=1, le=limits.max_k, description="hits per query (fewer if the index is smaller)")
         first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
         candidates: int = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")

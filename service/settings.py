@@ -42,7 +42,7 @@ class ServiceSettings(BaseSettings):
 
     # request limits (422 above the value limits, 413 above the size limits)
     max_k: int = Field(1000, ge=1, description="largest k in /search")
-    max_candidates: int = Field(10000, ge=1, description="largest first-stage depth K1")
+    max_candidates: int = Field(10000, ge=1, le=10000, description="largest first-stage depth K1")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body; checked before parsing")
 

@@ -1,4 +1,4 @@
-"""A live server on a free loopback port, in a thread: for tests, benchmarks and the demo.
+"""Helpers for tests, benchmarks and the demo: a live server on a free loopback port, a small fake index.
 
     with LiveServer(create_app(settings, encoder=FakeEncoder())) as server:
         httpx.get(server.url + "/ready")
@@ -6,17 +6,29 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
+from encoder.base import Encoder
+
+TOPICS = ["dense retrieval", "lexical matching", "gated inner product", "aggregation of term weights",
+          "faiss flat index", "query latency", "passage ranking", "bm25 baseline", "neural reranking",
+          "vector quantization"]
+
 
 class LiveServer:
-    def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", port: int = 0, ready_timeout_s: float = 30.0):
+    """uvicorn in a thread; ``url`` is set once it listens (and, by default, once the app is ready)."""
+
+    def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", port: int = 0, wait_ready: bool = True,
+                 timeout_s: float = 30.0):
         self.app = app
-        self.ready_timeout_s = ready_timeout_s
+        self.wait_ready = wait_ready
+        self.timeout_s = timeout_s
         config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=10)
         self.server = uvicorn.Server(config)
@@ -25,7 +37,7 @@ class LiveServer:
 
     def __enter__(self) -> "LiveServer":
         self._thread.start()
-        deadline = time.monotonic() + self.ready_timeout_s
+        deadline = time.monotonic() + self.timeout_s
         while not self.server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the live server did not start")
@@ -33,10 +45,33 @@ class LiveServer:
         host, port = self.server.servers[0].sockets[0].getsockname()[:2]
         self.url = f"http://{host}:{port}"
         runtime = self.app.state.runtime
-        while not runtime.ready and time.monotonic() < deadline:
+        while self.wait_ready and not runtime.ready:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the live server did not become ready ({runtime.status})")
             time.sleep(0.01)
         return self
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=30)
+
+
+def write_toy_corpus(path: Path, count: int = 80, seed: int = 0) -> Path:
+    """A BEIR-style ``corpus.jsonl`` of ``count`` short passages built from a few topics."""
+    import random
+
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(count):
+            words = rng.sample(" ".join(TOPICS).split(), 6) + [f"doc{i}"]
+            f.write(json.dumps({"_id": f"D{i}", "title": f"passage {i}", "text": " ".join(words)}) + "\n")
+    return path
+
+
+def build_toy_index(encoder: Encoder, directory: Path, count: int = 80) -> Path:
+    """A small real index (the project's builder) of :func:`write_toy_corpus`."""
+    from index.build import BuildOptions, build_index
+
+    directory.mkdir(parents=True, exist_ok=True)
+    corpus = write_toy_corpus(directory / "corpus.jsonl", count)
+    return build_index(encoder, corpus, directory / "index", BuildOptions(progress=False, batch_size=16))
