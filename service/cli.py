@@ -48,6 +48,7 @@ def serve_command(
     kind: Optional[str] = typer.Option(None, "--kind", help="model kind when the model dir does not record it"),
     dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: CUDA if present)"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: torch or onnx [torch]"),
     host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
     max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
@@ -69,7 +70,7 @@ def serve_command(
 
     from service.serve import StartupError, serve, settings_from
 
-    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, host=host, port=port,
+    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
                  max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                  queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
                  max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
