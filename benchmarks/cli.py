@@ -1,0 +1,50 @@
+"""Command line of the benchmark (also ``densehybrid bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from benchmarks.config import PRESETS, SECTIONS, BenchConfig
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description="densehybrid performance benchmark (DESIGN §8)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_const", dest="preset", const="quick", help="tiny sizes, seconds (CI)")
+    size.add_argument("--full", action="store_const", dest="preset", const="full", help="larger samples")
+    p.add_argument("--out", type=Path, default=None, help="JSON results file [bench-<preset>.json]")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=None, help="run only these sections")
+    p.add_argument("--rows", type=int, default=None, help="first-stage rows (default 1M, capped by memory)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: CUDA when present)")
+    p.add_argument("--service-backend", choices=("torch", "onnx"), default=None, help="encoder backend of the server")
+    p.add_argument("--service-kind", default=None, help="model kind served in the service section [dhr]")
+    p.add_argument("--backends", nargs="+", choices=("torch", "onnx"), default=None, help="encoder backends to compare")
+    return p
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    config = PRESETS[args.preset or "default"]
+    return config.with_overrides(
+        sections=tuple(args.only) if args.only else None, first_stage_rows=args.rows, device=args.device,
+        service_backend=args.service_backend, service_kind=args.service_kind,
+        backends=tuple(args.backends) if args.backends else None)
+
+
+def run_and_report(config: BenchConfig, out: Path | None) -> dict:
+    from benchmarks import report, runner
+
+    results = runner.run(config)
+    report.print_table(results)
+    path = report.write_json(results, out or Path(f"bench-{config.preset}.json"))
+    logging.getLogger(__name__).info("results written to %s", path)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "transformers", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = parser().parse_args(argv)
+    run_and_report(config_from(args), args.out)
