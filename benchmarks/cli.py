@@ -17,6 +17,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="JSON results file [bench-<preset>.json]")
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=None, help="run only these sections")
     p.add_argument("--rows", type=int, default=None, help="first-stage rows (default 1M, capped by memory)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch, ONNX Runtime and Faiss")
     p.add_argument("--device", default=None, help="cpu or cuda (default: CUDA when present)")
     p.add_argument("--service-backend", choices=("torch", "onnx"), default=None, help="encoder backend of the server")
     p.add_argument("--service-kind", default=None, help="model kind served in the service section [dhr]")
@@ -27,14 +28,21 @@ def parser() -> argparse.ArgumentParser:
 def config_from(args: argparse.Namespace) -> BenchConfig:
     config = PRESETS[args.preset or "default"]
     return config.with_overrides(
-        sections=tuple(args.only) if args.only else None, first_stage_rows=args.rows, device=args.device,
+        sections=tuple(args.only) if args.only else None, first_stage_rows=args.rows, device=args.device, threads=args.threads,
         service_backend=args.service_backend, service_kind=args.service_kind,
         backends=tuple(args.backends) if args.backends else None)
+
+
+def quiet_libraries() -> None:
+    """Per-request access logs of the servers under test would drown the table."""
+    for noisy in ("httpx", "transformers", "httpcore", "densehybrid.access", "uvicorn", "uvicorn.error", "service"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def run_and_report(config: BenchConfig, out: Path | None) -> dict:
     from benchmarks import report, runner
 
+    quiet_libraries()
     results = runner.run(config)
     report.print_table(results)
     path = report.write_json(results, out or Path(f"bench-{config.preset}.json"))
@@ -44,7 +52,5 @@ def run_and_report(config: BenchConfig, out: Path | None) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "transformers", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     args = parser().parse_args(argv)
     run_and_report(config_from(args), args.out)

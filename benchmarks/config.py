@@ -39,6 +39,7 @@ class BenchConfig:
     service_in_thread: bool = False  # quick: uvicorn in a thread of this process instead of a subprocess
     sections: tuple[str, ...] = SECTIONS
     device: str | None = None  # None: CUDA when present
+    threads: int | None = None  # torch / ONNX Runtime / Faiss threads; None keeps torch's default
 
     def with_overrides(self, **changes) -> "BenchConfig":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -51,8 +52,8 @@ PRESETS = {
     "quick": BenchConfig(
         preset="quick", bandwidth_bytes=32 << 20, first_stage_rows=20_000, first_stage_repeats=5,
         batch_size=16, depth=100, rerank_candidates=2_000, approx_rows=20_000, approx_repeats=2,
-        encoder_shape="tiny", encoder_repeats=5, passage_batch=4, passage_length=32, passage_batches=1,
-        service_docs=500, service_requests=16, concurrency=(1, 4), service_in_thread=True),
+        encoder_shape="tiny", encoder_repeats=3, passage_batch=4, passage_length=32, passage_batches=1,
+        service_docs=500, service_requests=8, concurrency=(1, 4), service_in_thread=True),
     "default": BenchConfig(preset="default", bandwidth_bytes=1 << 30, first_stage_rows=1_000_000),
     "full": BenchConfig(preset="full", bandwidth_bytes=2 << 30, first_stage_rows=1_000_000, first_stage_repeats=50,
                         approx_rows=1_000_000, encoder_repeats=100, passage_batches=4, service_docs=100_000,

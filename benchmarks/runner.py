@@ -33,7 +33,18 @@ def machine() -> dict:
     return info
 
 
+def set_threads(threads: int | None) -> None:
+    """One thread count for torch (and so ONNX Runtime, which follows it) and Faiss's OpenMP."""
+    if threads is None:
+        return
+    import faiss
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+
+
 def run(config: BenchConfig) -> dict:
+    set_threads(config.threads)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     results: dict = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                      "config": config.to_dict(), "device": device, "machine": machine(), "seconds": {}}

@@ -78,7 +78,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(index_dir: Path, backend: str, device: str | None, batching: dict, timeout_s: float = 300.0):
+def server_process(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None,
+                   timeout_s: float = 300.0):
     port = _free_port()
     cmd = [sys.executable, "-m", "service.cli", "serve", "--index", str(index_dir), "--port", str(port),
            "--backend", backend, "--max-batch-size", str(batching["max_batch_size"]),
@@ -86,6 +87,8 @@ def server_process(index_dir: Path, backend: str, device: str | None, batching: 
     if device:
         cmd += ["--device", device]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -110,7 +113,7 @@ def server_process(index_dir: Path, backend: str, device: str | None, batching: 
 
 
 @contextlib.contextmanager
-def server_thread(index_dir: Path, backend: str, device: str | None, batching: dict):
+def server_thread(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None):
     from service.app import create_app
     from service.settings import ServiceSettings
     from service.testing import LiveServer
@@ -165,7 +168,7 @@ def run(config, device: str | None) -> dict:
         del encoder
         serve = server_thread if config.service_in_thread else server_process
         for mode, batching in BATCHING.items():
-            with serve(index_dir, config.service_backend, device, batching) as url:
+            with serve(index_dir, config.service_backend, device, batching, config.threads) as url:
                 out[f"batching_{mode}"] = load_levels(url, config, texts)
     on, first, last = out["batching_on"], f"c{config.concurrency[0]}", f"c{config.concurrency[-1]}"
     out["search_http_overhead_p50_ms"] = round(on["/search"][first]["p50_ms"] - out["in_process"]["search_ms"]["p50"], 3)

@@ -90,6 +90,16 @@ from service import index_cli  # noqa: E402
 index_cli.register(app)
 
 
+# -- bench (issue 6) ---------------------------------------------------------------
+@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_command(ctx: typer.Context) -> None:
+    """Run the performance benchmark (same flags as `python -m benchmarks`: --quick, --full, --out, --only ...)."""
+    from benchmarks.cli import config_from, parser, run_and_report
+
+    args = parser().parse_args(ctx.args)
+    run_and_report(config_from(args), args.out)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app()
