@@ -28,10 +28,29 @@ def term_weighted_mlm(logits: torch.Tensor, term_weights: torch.Tensor, mask: to
     logits (B, L, V) MLM logits, term_weights (B, L) ``w_i``, mask (B, L).
     Returns (B, V): ``v[t] = max_i w_i * softmax(logits_i)[t]`` over real tokens.
     A text with no real token (impossible with a tokenizer that adds [SEP]) gives -inf.
+
+    Computed without materialising the softmax: for ``w_i > 0``,
+    ``w_i * p_i[t] = exp(z_it - lse_i + log w_i)``, so the max over tokens is the exp of
+    a running max of shifted logits (one read of the logits after ``logsumexp``, no
+    (B, L, V) temporary). Tokens with ``w_i <= 0`` only matter in a row where no real
+    token has ``w > 0``: every product is then <= 0 and ``v[t] = -exp(min_i (log|w_i| +
+    z_it - lse_i))``, the same running max with the sign flipped.
     """
-    weighted = torch.softmax(logits.float(), dim=-1) * term_weights.float().unsqueeze(-1)
-    weighted = weighted.masked_fill(~real_token_mask(mask).unsqueeze(-1), NEG_INF)
-    return weighted.amax(dim=1)
+    logits, w = logits.float(), term_weights.float()
+    real = real_token_mask(mask)
+    positive = real & (w > 0)
+    any_positive = positive.any(dim=1, keepdim=True)  # (B, 1)
+    sign = torch.where(any_positive, 1.0, -1.0)  # (B, 1)
+    use = torch.where(any_positive, positive, real)
+    shift = torch.log(w.abs()) - torch.logsumexp(logits, dim=-1)  # (B, L)
+    shift = torch.where(use, shift, sign * NEG_INF) * sign  # excluded tokens end at -inf after the sign
+    best = torch.full((logits.shape[0], logits.shape[2]), NEG_INF, dtype=logits.dtype, device=logits.device)
+    step = torch.empty_like(best)
+    for i in range(logits.shape[1]):
+        torch.mul(logits[:, i], sign, out=step)
+        step.add_(shift[:, i:i + 1])
+        torch.maximum(best, step, out=best)
+    return sign * torch.exp(sign * best)
 
 
 def skip_mlm_lexical(input_ids: torch.Tensor, term_weights: torch.Tensor, mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
