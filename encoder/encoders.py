@@ -33,10 +33,15 @@ MODEL_KEY = "model"
 # tensors (logits, softmax, weighted, masked): 512 x 30522 x 4 B = 62.5 MB each.
 MLM_TOKEN_BUDGET = {"cpu": 512, "cuda": 2048}
 DENSE_TOKEN_BUDGET = {"cpu": 8192, "cuda": 16384}
+# rows per forward for kinds with a lexical part: each row holds a V-dim vector
+# (30522 x 4 B = 122 KB) whatever its length, so short texts are capped by rows
+LEXICAL_MAX_ROWS = 256
 
 
 class TransformerEncoder(Encoder):
     """Tokenize with the backbone's tokenizer; encode in length-sorted chunks under a token budget."""
+
+    max_rows: int | None = None
 
     def __init__(self, spec: EncoderSpec, backbone: Backbone, device: torch.device, token_budget: int | None = None):
         self.spec = spec
@@ -61,7 +66,7 @@ class TransformerEncoder(Encoder):
         rows = [item.ids[MODEL_KEY] for item in items]
         values = np.empty((len(rows), self.spec.dim), dtype=np.float32)
         gates = np.empty((len(rows), self.spec.gated_dim), dtype=np.uint8) if self.spec.gated_dim else None
-        for chunk in length_chunks([len(r) for r in rows], self.token_budget):
+        for chunk in length_chunks([len(r) for r in rows], self.token_budget, self.max_rows):
             input_ids, mask = pad([rows[i] for i in chunk], self.backbone.tokenizer.pad_id, self._device)
             with torch.inference_mode(), autocast(self._device):
                 chunk_values, chunk_gates = self._forward(input_ids, mask, role)
@@ -91,6 +96,8 @@ class CLSEncoder(TransformerEncoder):
 
 class LexicalEncoder(TransformerEncoder):
     """Shared by the kinds built on a V-dim lexical vector."""
+
+    max_rows = LEXICAL_MAX_ROWS
 
     def __init__(self, spec: EncoderSpec, backbone: Backbone, device: torch.device, *,
                  term_weight: LinearHead | None = None, pooler: LinearHead | None = None,

@@ -25,7 +25,7 @@ from encoder import zoo
 from encoder.backbone import Backbone
 from encoder.base import GATED_KINDS, KINDS, Encoder, EncoderSpec
 from encoder.device import pick_device
-from encoder.encoders import ENCODER_CLASSES, CLSEncoder, DLREncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
+from encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
 from encoder.errors import ModelDirError
 from encoder.heads import POOLER, TERM_WEIGHT, head_exists, load_head, save_head
 from encoder.model_dir import (
@@ -132,6 +132,10 @@ def _load_single(model_id: str, model_dir: ModelDir, settings: ModelSettings, de
     agg_dim = settings.agg_dim or DEFAULT_AGG_DIM
     dlr_dim = settings.dlr_dim or DEFAULT_DLR_DIM
     lexical_dim = agg_dim if kind == "aggretriever" else dlr_dim
+    if kind in GATED_KINDS and backbone.vocab_size // dlr_dim > 256:
+        raise ModelDirError(f"a DLR of {dlr_dim} dims over {backbone.vocab_size} terms needs "
+                            f"{backbone.vocab_size // dlr_dim} rows; uint8 gates hold 256 (use dlr_dim >= "
+                            f"{-(-backbone.vocab_size // 256)})")
     spec = _spec(model_id, settings, backbone, [model_dir.root], kind=kind,
                  dim=lexical_dim + (pooler.output_dim if pooler else 0),
                  gated_dim=dlr_dim if kind in GATED_KINDS else 0, skip_mlm=lexical == "skip_mlm", lexical=lexical,

@@ -55,8 +55,9 @@ def pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tup
     return ids.to(device), mask.to(device)
 
 
-def length_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Group row indices, longest first, so each group's rows x longest length <= ``token_budget``.
+def length_chunks(lengths: Sequence[int], token_budget: int, max_rows: int | None = None) -> list[list[int]]:
+    """Group row indices, longest first, so each group's rows x longest length <= ``token_budget``
+    and rows <= ``max_rows``.
 
     A single row longer than the budget forms a group of its own. Sorting by
     length keeps padding (wasted compute) small.
@@ -65,7 +66,8 @@ def length_chunks(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     chunks: list[list[int]] = []
     for i in order:
         # the first row of a chunk is its longest, so it fixes the padded length
-        if chunks and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= token_budget:
+        fits = chunks and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= token_budget
+        if fits and (max_rows is None or len(chunks[-1]) < max_rows):
             chunks[-1].append(i)
         else:
             chunks.append([i])

