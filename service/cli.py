@@ -136,6 +136,33 @@ def encode(
     console.print(summary(enc, encoded, texts, output))
 
 
+# -- demo (issue 4) ----------------------------------------------------------------
+@app.command("demo")
+def demo_command(
+    passages: int = typer.Option(2000, "--passages", min=10, help="stdlib docstring passages to index"),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="where corpus and index go [cache/demo]"),
+    host: str = typer.Option("127.0.0.1", "--host", help="listen address"),
+    port: int = typer.Option(8000, "--port", "-p", help="listen port"),
+    rebuild: bool = typer.Option(False, "--rebuild", help="build the index again even if one exists"),
+) -> None:
+    """Fetch the offline models, index the Python stdlib docstrings, serve them, print curl examples."""
+    from service import demo
+    from service import logging as service_logging
+    from service.serve import StartupError, serve, settings_from
+
+    service_logging.configure("INFO", json_lines=False)
+    index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
+    url = f"http://{host}:{port}"
+    console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
+    console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
+    console.print()
+    try:
+        serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
+    except StartupError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app()

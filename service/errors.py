@@ -76,6 +76,12 @@ class EncoderFailed(ServiceError):
     status, type = 500, "encoder_error"
 
 
+class ClientGone(ServiceError):
+    """The client disconnected while waiting; nobody reads this answer (nginx's 499 in the logs)."""
+
+    status, type = 499, "client_closed_request"
+
+
 class SearchFailed(ServiceError):
     status, type = 500, "search_error"
 

@@ -17,16 +17,13 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from encoder.base import Encoded, Role, TokenizedText
-from service.batcher import EncodeOutcome
 from index.searcher import SearchError
-from service.errors import InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed, ServiceError
+from service.batcher import EncodeOutcome
+from service.errors import ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed
 from service.runtime import Runtime
+from service.search_batcher import SearchParams
 
 TRUNCATION_NOTE = "texts longer than the role's max length are truncated to it, not rejected"
-
-
-class ClientGone(ServiceError):
-    status, type = 499, "client_closed_request"
 
 
 def _ms(seconds: float) -> float:
@@ -56,10 +53,12 @@ async def encode_for(rt: Runtime, request: Request, items: list[TokenizedText], 
     watcher = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
         await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
+    finally:  # also when this handler is cancelled: never leave the job queued
         watcher.cancel()
-    if not job.done():
-        job.cancel()
+        gone = not job.done()
+        if gone:
+            job.cancel()
+    if gone:
         rt.metrics.count_rejected("client_disconnected")
         raise ClientGone("the client closed the connection before its texts were encoded")
     return job.result()
@@ -133,14 +132,14 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     if k == 0:
         per_query, search_ms, rerank_ms = [[] for _ in texts], 0.0, 0.0
     else:
+        params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam)
         try:
-            found = await _in_search_pool(rt, rt.searcher.search, outcome.encoded, k=k, first_stage=body.first_stage,
-                                          candidates=candidates, theta=body.theta, rerank=body.rerank, lam=body.lam)
+            found = await rt.search_batcher.search(outcome.encoded, params)
         except SearchError as exc:
             raise InvalidRequest(str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - reported as a JSON 500, the server keeps serving
             raise SearchFailed(f"search failed: {type(exc).__name__}: {exc}") from exc
-        search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
+        search_ms, rerank_ms = found.search_ms, found.rerank_ms
         rt.metrics.observe_search(body.first_stage, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
         per_query = await _in_search_pool(rt, _hits, rt, body, outcome.encoded, found, lam)
     timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),

@@ -50,6 +50,7 @@ def configure(level: str = "INFO", *, json_lines: bool = True) -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # one line per missing SIMD build otherwise
     # our access line replaces uvicorn's (it has the request id and stage times)
     logging.getLogger("uvicorn.access").disabled = True
 

@@ -25,7 +25,8 @@ def build_router(runtime: Runtime) -> APIRouter:
     SearchRequest, EncodeRequest, ExplainRequest = models.search, models.encode, models.explain
     router = APIRouter()
 
-    @router.post("/search", response_model=SearchResponse, responses=_ERRORS, tags=["retrieval"])
+    @router.post("/search", response_model=SearchResponse, responses=_ERRORS, tags=["retrieval"],
+                 response_model_exclude_none=True)
     async def search(request: Request, body: SearchRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Top-k documents for a query (or a batch of queries), with the time of each stage."""
         return await handlers.search(runtime, request, body)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from encoder.base import Encoder
 from service.batcher import Batcher
 from service.metrics import ServiceMetrics
+from service.search_batcher import SearchBatcher
 from service.settings import ServiceSettings
 
 if TYPE_CHECKING:  # the index package is only needed when an index is served
@@ -104,6 +105,7 @@ class Runtime:
                                queue_size=settings.queue_size, retry_after_s=settings.retry_after_s,
                                observer=self.metrics)
         self.search_pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
+        self.search_batcher = SearchBatcher(self.searcher, self.search_pool) if self.searcher is not None else None
         self._ready = threading.Event()
         self.status = "starting"
         spec = encoder.spec

@@ -122,7 +122,8 @@ def test_failed_forward_fails_only_its_batch_and_the_worker_lives_on():
     batcher, recorder = make(encoder, max_batch_size=8)
     try:
         blocker = batcher.submit(encoder.tokenize(["slow job"], "query"), "query")  # occupies the worker
-        time.sleep(0.005)
+        while not encoder.batch_sizes:  # its forward has started: later jobs form the next batch
+            time.sleep(0.001)
         doomed = submit_all(batcher, encoder, ["one two three", "a b"])  # "one two three" has 5 tokens
         blocker.result(timeout=10)
         for f in doomed:

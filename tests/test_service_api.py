@@ -333,3 +333,24 @@ def test_api_key_guards_all_but_health_ready_metrics(index_dir):
         assert c.get("/info", headers=good).status_code == 200
         assert c.post("/search", json={"query": "x"}, headers=good).status_code == 200
         assert c.get("/openapi.json", headers=good).status_code == 200
+
+
+def test_access_log_is_one_json_line_with_id_route_status_and_stage_times(client, caplog):
+    import json
+    import logging
+
+    from service.logging import ACCESS_LOGGER, JsonFormatter
+
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    import time
+
+    client.post("/search", json={"query": "passage ranking"}, headers={"X-Request-ID": "log-me-1"})
+    deadline = time.monotonic() + 5  # the line is written just after the response is sent
+    while not (records := [r for r in caplog.records if r.name == ACCESS_LOGGER
+                           and r.fields["request_id"] == "log-me-1"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(records) == 1
+    line = json.loads(JsonFormatter().format(records[0]))
+    assert (line["route"], line["status"], line["method"]) == ("/search", 200, "POST")
+    assert set(line["timing"]) == {"queue_ms", "encode_ms", "search_ms", "rerank_ms", "total_ms"}
+    assert line["duration_ms"] >= line["timing"]["total_ms"]

@@ -1,0 +1,93 @@
+"""Concurrent searches coalesced into one Faiss call per parameter set (DESIGN §10).
+
+Faiss answers a batch of queries far faster than the same queries one by one
+(one BLAS matrix product instead of one scan per query). Searches run on the
+runtime's search threads; whenever a thread becomes free it takes *every*
+search waiting at that moment, groups them by their parameters (k, first
+stage, candidates, θ, rerank, λ) and runs one ``Searcher.search`` per group.
+Nothing waits on purpose: a lone request is searched at once, and requests
+that arrive while a search runs share the next one. A failing group fails
+only its own requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+
+from encoder.base import Encoded
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    k: int
+    first_stage: str
+    candidates: int
+    theta: float
+    rerank: bool
+    lam: float | None
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """One request's rows of a (possibly shared) search; times are those of the shared call."""
+
+    ids: list[list[str]]
+    scores: list[list[float]]
+    rows: list[list[int]]
+    search_ms: float
+    rerank_ms: float
+    group_queries: int
+
+
+class SearchBatcher:
+    def __init__(self, searcher, executor: Executor):
+        self.searcher = searcher
+        self.executor = executor
+        self._lock = threading.Lock()
+        self._pending: dict[SearchParams, list[tuple[Encoded, Future]]] = {}
+        self._scheduled = False
+
+    async def search(self, queries: Encoded, params: SearchParams) -> SearchOutcome:
+        future: Future = Future()
+        with self._lock:
+            self._pending.setdefault(params, []).append((queries, future))
+            start_drain, self._scheduled = not self._scheduled, True
+        if start_drain:
+            self.executor.submit(self._drain)
+        return await asyncio.wrap_future(future)
+
+    def _drain(self) -> None:
+        with self._lock:
+            groups, self._pending, self._scheduled = self._pending, {}, False
+        for params, jobs in groups.items():
+            live = [(q, f) for q, f in jobs if f.set_running_or_notify_cancel()]
+            if live:
+                self._run_group(params, live)
+
+    def _run_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
+        try:
+            self._search_group(params, jobs)
+        except Exception as exc:  # noqa: BLE001 - delivered to every request of the group still waiting
+            log.warning("search of %d queries failed: %s: %s", sum(len(q) for q, _ in jobs), type(exc).__name__, exc)
+            for _, future in jobs:
+                if not future.done():
+                    future.set_exception(exc)
+
+    def _search_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
+        found = self.searcher.search(Encoded.concat([q for q, _ in jobs]), k=params.k, first_stage=params.first_stage,
+                                     candidates=params.candidates, theta=params.theta, rerank=params.rerank,
+                                     lam=params.lam)
+        total = len(found.ids)
+        offset = 0
+        for queries, future in jobs:
+            rows = slice(offset, offset + len(queries))
+            future.set_result(SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows],
+                                            float(found.timing.get("search_ms", 0.0)),
+                                            float(found.timing.get("rerank_ms", 0.0)), total))
+            offset += len(queries)

@@ -1,0 +1,73 @@
+"""Concurrent searches share Faiss calls (service.search_batcher) and get what they would get alone."""
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from encoder.backends.fake import FakeEncoder
+from index.searcher import Searcher
+from index.store import load_index
+from service.search_batcher import SearchBatcher, SearchParams
+from service.testing import TOPICS, build_toy_index
+
+
+class SlowSearcher:
+    """The real searcher, slowed down so that requests pile up behind a running search; counts calls."""
+
+    def __init__(self, searcher, fail_k=None):
+        self.searcher, self.fail_k, self.calls = searcher, fail_k, []
+
+    def search(self, queries, **kwargs):
+        self.calls.append((len(queries), kwargs["k"]))
+        time.sleep(0.05)
+        if kwargs["k"] == self.fail_k:
+            raise RuntimeError("injected search failure")
+        return self.searcher.search(queries, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def searcher(tmp_path_factory):
+    return Searcher(load_index(build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("sb-index"), count=60)))
+
+
+def run_concurrently(batcher, requests):
+    async def main():
+        return await asyncio.gather(*(batcher.search(q, p) for q, p in requests), return_exceptions=True)
+
+    return asyncio.run(main())
+
+
+def test_concurrent_searches_share_calls_and_match_single_searches(searcher):
+    encoder = FakeEncoder("dhr")
+    queries = [f"{a} {b}" for a in TOPICS for b in TOPICS[:2]][:16]
+    params = [SearchParams(5, "ip", 20, 0.1, True, None), SearchParams(3, "approx_gip", 30, 0.2, True, 2.0)]
+    requests = [(encoder.encode([q], "query"), params[i % 2]) for i, q in enumerate(queries)]
+    slow = SlowSearcher(searcher)
+    with ThreadPoolExecutor(1) as pool:
+        outcomes = run_concurrently(SearchBatcher(slow, pool), requests)
+    assert len(slow.calls) < len(requests) and sum(n for n, _ in slow.calls) == len(requests)
+    assert {k for _, k in slow.calls} == {5, 3}  # groups never mix parameters
+    for (q, p), outcome in zip(requests, outcomes):
+        alone = searcher.search(q, k=p.k, first_stage=p.first_stage, candidates=p.candidates, theta=p.theta,
+                                rerank=p.rerank, lam=p.lam)
+        assert outcome.ids == alone.ids
+        np.testing.assert_allclose(outcome.scores, alone.scores, rtol=1e-5, atol=1e-5)
+        assert outcome.group_queries >= 1 and outcome.search_ms >= 0
+
+
+def test_a_failing_group_fails_only_its_requests(searcher):
+    encoder = FakeEncoder("dhr")
+    good, bad = SearchParams(4, "ip", 10, 0.1, True, None), SearchParams(3, "ip", 10, 0.1, True, None)
+    requests = [(encoder.encode([t], "query"), good if i % 2 else bad) for i, t in enumerate(TOPICS)]
+    with ThreadPoolExecutor(1) as pool:
+        outcomes = run_concurrently(SearchBatcher(SlowSearcher(searcher, fail_k=3), pool), requests)
+        after = asyncio.run(SearchBatcher(searcher, pool).search(requests[1][0], good))
+    for (_, p), outcome in zip(requests, outcomes):
+        if p is bad:
+            assert isinstance(outcome, RuntimeError)
+        else:
+            assert len(outcome.ids[0]) == 4
+    assert len(after.ids[0]) == 4

@@ -1,0 +1,152 @@
+"""Start-up checks, graceful shutdown and clients that go away (the service's lifecycle)."""
+
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from encoder.backends.fake import FakeEncoder
+from index.store import VALUES, load_index
+from service.app import create_app
+from service.runtime import StartupError, load_components
+from service.settings import ServiceSettings
+from service.testing import LiveServer, build_toy_index
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    return build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("lifecycle-index"), count=40)
+
+
+def cli(*args, timeout=60):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_serve_refuses_a_corrupted_index_with_a_clear_message(index_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in index_dir.iterdir():
+        (broken / f.name).write_bytes(f.read_bytes())
+    values = broken / VALUES
+    data = bytearray(values.read_bytes())
+    data[-1] ^= 0xFF
+    values.write_bytes(bytes(data))
+    result = cli("serve", "--index", str(broken), "--port", "0")
+    assert result.returncode == 2
+    message = " ".join(result.stdout.split())
+    assert "cannot load index" in message and VALUES in message
+
+
+def test_serve_without_model_or_index_says_what_to_give():
+    result = cli("serve")
+    assert result.returncode == 2 and "--index" in result.stdout and "--model" in result.stdout
+
+
+def test_a_model_that_does_not_match_the_index_is_refused(index_dir, monkeypatch):
+    import encoder.loading
+
+    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr", dlr_dim=640))
+    with pytest.raises(StartupError, match="does not match index"):
+        load_components(ServiceSettings(index=index_dir))
+    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr"))
+    loaded, index = load_components(ServiceSettings(index=index_dir))
+    assert index.count == 40 and loaded.spec.weights_hash == index.spec.weights_hash
+
+
+def test_index_alone_rebuilds_the_encoder_its_manifest_names(index_dir, monkeypatch):
+    import encoder.loading
+
+    calls = []
+    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: calls.append((model, kw)) or
+                        FakeEncoder("dhr"))
+    load_components(ServiceSettings(index=index_dir))
+    load_components(ServiceSettings(index=index_dir, model="other-path-to-same-model"))
+    assert [c[0] for c in calls] == ["fake-dhr", "other-path-to-same-model"]
+    assert calls[0][1]["kind"] == "dhr" and calls[0][1]["dlr_dim"] == 768 and calls[0][1]["max_query_length"] == 32
+
+
+def test_a_client_that_leaves_takes_its_job_out_of_the_queue(index_dir):
+    encoder = FakeEncoder("cls", delay_s=0.6)
+    app = create_app(ServiceSettings(max_batch_size=1, warmup=False), encoder=encoder)
+    with LiveServer(app) as live:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(httpx.post, live.url + "/encode", json={"texts": ["keeps the worker busy"]},
+                               timeout=30)
+            time.sleep(0.2)
+            with pytest.raises(httpx.TimeoutException):
+                httpx.post(live.url + "/encode", json={"texts": ["leaves early"]}, timeout=0.2)
+            assert busy.result().status_code == 200
+        time.sleep(0.8)  # the worker is free again; the abandoned job must not have run
+        assert encoder.batch_sizes == [1]
+        families = {f.name: f for f in text_string_to_metric_families(httpx.get(live.url + "/metrics").text)}
+        rejected = {s.labels["reason"]: s.value for s in families["densehybrid_rejected"].samples
+                    if s.name.endswith("_total")}
+        assert rejected == {"client_disconnected": 1.0}
+        assert app.state.runtime.batcher.depth == 0
+
+
+SERVER_SCRIPT = textwrap.dedent("""
+    import sys, uvicorn
+    from encoder.backends.fake import FakeEncoder
+    from service.app import create_app
+    from service.settings import ServiceSettings
+    app = create_app(ServiceSettings(max_batch_size=1), encoder=FakeEncoder("cls", delay_s=0.5))
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None, timeout_graceful_shutdown=20)
+""")
+
+
+def queue_depth(url):
+    families = text_string_to_metric_families(httpx.get(url + "/metrics", timeout=5).text)
+    return next(f for f in families if f.name == "densehybrid_queue_depth").samples[0].value
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sigterm_lets_in_flight_requests_finish():
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(port)], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
+            time.sleep(0.1)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(httpx.post, url + "/encode", json={"texts": [f"in flight {i}"]}, timeout=30)
+                       for i in range(4)]
+            while queue_depth(url) < 3:  # wait until all four are inside: one encoding, three queued
+                assert time.monotonic() < deadline + 30
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            statuses = [f.result().status_code for f in futures]
+        assert statuses == [200, 200, 200, 200]
+        # uvicorn shuts down gracefully, then re-raises the signal so the exit status tells it was SIGTERM
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
