@@ -69,6 +69,7 @@ def explain(query: Encoded, index: IndexFiles, row: int, *, lam: float, vocab_si
     if not 0 <= row < index.count:
         raise IndexError(f"row {row} out of range for an index of {index.count}")
     spec = index.spec
+    vocab_size = vocab_size or spec.vocab_size or 0
     q = query.values[0].astype(np.float64)
     p = np.asarray(index.values[row], dtype=np.float64)
     width = lexical_width(spec)

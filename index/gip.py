@@ -30,6 +30,14 @@ def scale_queries(values: np.ndarray, gated_dim: int, lam: float) -> np.ndarray:
     return out
 
 
+def active_dims(xq: np.ndarray, gated_dim: int) -> tuple[np.ndarray, int]:
+    """Columns that can contribute to a score: gated dims where some query is non-zero, then every
+    open dim. -> (column numbers, how many of them are gated). A DLR query is sparse, so this
+    usually keeps a small fraction of the gated dims, and skipping the rest is exact."""
+    gated = np.flatnonzero((xq[:, :gated_dim] != 0).any(axis=0))
+    return np.concatenate([gated, np.arange(gated_dim, xq.shape[1])]), len(gated)
+
+
 def _block_rows(dim: int) -> int:
     """Candidate rows scored per step: ~1024 keeps the float32 copy of a block in L2 cache."""
     return max(1, min(1024, _MAX_GATHER_ELEMENTS // max(1, dim)))

@@ -129,3 +129,15 @@ def test_score_rows_chunks_large_batches(monkeypatch):
     rows = np.stack([np.random.default_rng(i).choice(60, 9, replace=False) for i in range(6)])
     got = gip.score_rows(xq, gq, values, gates, rows)
     np.testing.assert_allclose(got, np.take_along_axis(numpy_gip(xq, gq, values, gates), rows, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("q", [1, 3])
+def test_sparse_queries_skip_zero_dims_exactly(q):
+    values, gates = random_rows(80, 40, 32, seed=18)
+    xq, gq = random_rows(q, 40, 32, seed=19, dtype=np.float32)
+    xq[:, :32][np.random.default_rng(20).random((q, 32)) < 0.85] = 0.0  # a sparse DLR query
+    cols, gated = gip.active_dims(xq, 32)
+    assert gated < 32 and list(cols[gated:]) == list(range(32, 40))
+    rows = np.stack([np.random.default_rng(i).choice(80, 30, replace=False) for i in range(q)])
+    got = gip.score_rows(xq, gq, values, gates, rows)
+    np.testing.assert_allclose(got, np.take_along_axis(numpy_gip(xq, gq, values, gates), rows, 1), rtol=1e-5, atol=1e-5)
