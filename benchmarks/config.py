@@ -28,7 +28,7 @@ class BenchConfig:
     encoder_repeats: int = 30
     passage_batch: int = 32
     passage_length: int = 128
-    passage_batches: int = 2
+    passage_batches: int = 1
     backends: tuple[str, ...] = ("torch", "onnx")
     # service (a live loopback server)
     service_kind: str = "dhr"
@@ -56,6 +56,6 @@ PRESETS = {
         service_docs=500, service_requests=8, concurrency=(1, 4), service_in_thread=True),
     "default": BenchConfig(preset="default", bandwidth_bytes=1 << 30, first_stage_rows=1_000_000),
     "full": BenchConfig(preset="full", bandwidth_bytes=2 << 30, first_stage_rows=1_000_000, first_stage_repeats=50,
-                        approx_rows=1_000_000, encoder_repeats=100, passage_batches=4, service_docs=100_000,
+                        approx_rows=1_000_000, encoder_repeats=100, passage_batches=3, service_docs=100_000,
                         service_requests=256),
 }

@@ -72,8 +72,8 @@ def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> d
     return out
 
 
-def _throughput(fn, passages: int, batches: int) -> float:
-    fn()  # warm-up
+def _throughput(fn, warm, passages: int, batches: int) -> float:
+    warm()  # a small batch: allocations and lazy initialisation stay out of the timing
     start = time.perf_counter()
     for _ in range(batches):
         fn()
@@ -95,18 +95,59 @@ def _bare_forward(encoder, items: list[TokenizedText]):
 
 def passage_throughput(config, model_dir: Path, device: str | None, cache: Path) -> dict:
     items = token_items(config.passage_batch, config.passage_length, seed=7)
+    few = items[:2]
     n, batches = len(items), config.passage_batches
     out: dict = {"batch": n, "length": config.passage_length}
+    bare_by_network: dict[bool, float] = {}  # the masked LM (MLM paths) or its backbone ([CLS], skip-MLM)
     for variant in VARIANTS:
         torch_encoder = _encoder(model_dir, variant, "torch", device, cache)
-        bare = _throughput(_bare_forward(torch_encoder, items), n, batches)
-        row = {"bare_transformers_pps": round(bare, 3)}
+        network = torch_encoder.backbone.with_mlm
+        if network not in bare_by_network:
+            bare_by_network[network] = _throughput(_bare_forward(torch_encoder, items),
+                                                   _bare_forward(torch_encoder, few), n, batches)
+        bare = bare_by_network[network]
+        row = {"network": "masked LM" if network else "backbone", "bare_transformers_pps": round(bare, 3)}
         for backend in config.backends:
             encoder = apply_backend(torch_encoder, backend, cache_root=cache) if backend != "torch" else torch_encoder
-            pps = _throughput(lambda: encoder.encode_tokenized(items, "passage"), n, batches)
+            pps = _throughput(lambda: encoder.encode_tokenized(items, "passage"),
+                              lambda: encoder.encode_tokenized(few, "passage"), n, batches)
             row[f"{backend}_pps"] = round(pps, 3)
             row[f"{backend}_over_bare"] = ratio(pps, bare)
         out[variant] = row
+    return out
+
+
+def mlm_breakdown(config, model_dir: Path, device: str | None, cache: Path) -> dict:
+    """Where a full-Aggretriever query's time goes (torch): backbone, MLM head on the L-1 real
+    rows, §2 math; and the multiply-adds per token of the backbone and of the head, which
+    bound the full/[CLS] ratio from below when both run at the same FLOP rate."""
+    from encoder import representations as R
+    from encoder.backends.onnx_export import base_model_of, mlm_head_of
+
+    encoder = _encoder(model_dir, "aggretriever", "torch", device, cache)
+    model = encoder.backbone.models["query"]
+    base, head, cfg = base_model_of(model), mlm_head_of(model), model.config
+    d, ffn, layers, vocab = cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.vocab_size
+    backbone_macs = layers * (4 * d * d + 2 * d * ffn)  # per token, attention scores aside
+    head_macs = d * d + d * vocab
+    out = {"backbone_macs_per_token": backbone_macs, "head_macs_per_token": head_macs,
+           "flop_bound_ratio": round(1 + head_macs / backbone_macs, 4)}
+    for length in config.query_lengths:
+        ids = torch.tensor([token_items(1, length, seed=length)[0].ids[MODEL_KEY]], device=model.device)
+        mask = torch.ones_like(ids)
+        with torch.inference_mode():
+            hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
+            logits = head(hidden)
+            weights = torch.rand(1, length, device=model.device)
+            row = {
+                "backbone_ms": time_calls(lambda: base(input_ids=ids, attention_mask=mask), repeats=config.encoder_repeats).p50,
+                "head_ms": time_calls(lambda: head(hidden[:, 1:]), repeats=config.encoder_repeats).p50,
+                "math_ms": time_calls(lambda: R.aggregate_full(R.term_weighted_mlm(logits, weights, mask)),
+                                      repeats=config.encoder_repeats).p50,
+            }
+        row = {k: round(v, 3) for k, v in row.items()}
+        row["measured_bound_ratio"] = ratio(row["backbone_ms"] + row["head_ms"] + row["math_ms"], row["backbone_ms"])
+        out[f"len{length}"] = row
     return out
 
 
@@ -116,4 +157,5 @@ def run(config, device: str | None) -> dict:
         cache = Path(tmp) / "onnx"
         return {"shape": config.encoder_shape, "threads": torch.get_num_threads(),
                 "query_latency_ms": query_latency(config, model_dir, device, cache),
+                "mlm_breakdown": mlm_breakdown(config, model_dir, device, cache),
                 "passage_throughput": passage_throughput(config, model_dir, device, cache)}

@@ -44,6 +44,12 @@ def _encoder(r: dict):
         for length, row in by_length.items():
             cells = ", ".join(f"{v} {t['p50']:.1f}/{t['p99']:.1f} ({t['ratio_to_cls_p50']:.2f}x)" for v, t in row.items())
             yield "encoder", f"{e['shape']} batch 1, {length[3:]} tokens, {backend} (p50/p99 ms, x cls)", cells
+    mb = e["mlm_breakdown"]
+    for length, row in mb.items():
+        if length.startswith("len"):
+            yield "encoder", f"full Aggretriever, torch, {length[3:]} tokens: where the time goes", (
+                f"backbone {row['backbone_ms']:.1f} + MLM head {row['head_ms']:.1f} + §2 math {row['math_ms']:.1f} ms "
+                f"-> {row['measured_bound_ratio']:.2f}x backbone (FLOP bound {mb['flop_bound_ratio']:.2f}x)")
     pt = e["passage_throughput"]
     for variant, row in pt.items():
         if not isinstance(row, dict):
