@@ -65,11 +65,15 @@ def _service(r: dict):
     ip = s["in_process"]
     yield "service", f"in process ({s['kind']}, {s['backend']}, {s['docs']:,} docs)", \
         f"encode {ip['encode_ms']['p50']:.2f} ms, encode+search {ip['search_ms']['p50']:.2f} ms (p50)"
-    for mode in ("on", "off"):
+    for mode in ("on", "on_nowait", "off"):
         for route, levels in s[f"batching_{mode}"].items():
             cells = ", ".join(f"{c}: {v['p50_ms']:.1f}/{v['p95_ms']:.1f} ms {v['rps']:.1f} rps" for c, v in levels.items())
             yield "service", f"{route} batching {mode} (p50/p95, throughput)", cells
-    yield "service", "/search HTTP+JSON overhead at c1 (p50)", f"{s['search_http_overhead_p50_ms']:.2f} ms"
+    for mode, value in s["search_overhead_p50_ms"].items():
+        yield "service", f"/search c1 p50 over in-process, batching {mode}", \
+            f"{value:.2f} ms (of which HTTP+JSON outside the server's total: {s['search_http_json_p50_ms'][mode]:.2f} ms)"
+    gains = ", ".join(f"{mode} {v:.2f}x" for mode, v in s["encode_rps_ratio_max_vs_1"].items() if v is not None)
+    yield "service", "/encode rps at max concurrency / at c1", gains
 
 
 def _targets(r: dict):
