@@ -45,7 +45,10 @@ def write_random_checkpoint(path: str | Path, shape: str = "distilbert-base", *,
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    from transformers.utils import logging as hf_logging
+
     model = random_masked_lm(shape, seed)
+    hf_logging.disable_progress_bar()  # a one-shard "Writing model shards" bar is noise in a report
     model.save_pretrained(path)
     _tokenizer().save_pretrained(path)
     hidden = model.config.dim

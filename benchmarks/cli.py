@@ -35,14 +35,15 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
 
 def quiet_libraries() -> None:
     """Per-request access logs of the servers under test would drown the table."""
-    for noisy in ("httpx", "transformers", "httpcore", "densehybrid.access", "uvicorn", "uvicorn.error", "service"):
+    for noisy in ("httpx", "transformers", "httpcore", "densehybrid.access", "uvicorn", "uvicorn.error", "service",
+                  "faiss.loader"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def run_and_report(config: BenchConfig, out: Path | None) -> dict:
+    quiet_libraries()  # before the imports: faiss logs its loader attempts at import time
     from benchmarks import report, runner
 
-    quiet_libraries()
     results = runner.run(config)
     report.print_table(results)
     path = report.write_json(results, out or Path(f"bench-{config.preset}.json"))
