@@ -74,6 +74,9 @@ class OnnxModel:
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # ORT's idle threads spin by default; on a small CPU they would steal the cores the torch
+        # post-processing (§2 math, heads) runs on right after each forward.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
 
         def session(name: str):
             return ort.InferenceSession(str(self.export_dir / name), sess_options=options,
