@@ -70,8 +70,9 @@ def _service(r: dict):
             cells = ", ".join(f"{c}: {v['p50_ms']:.1f}/{v['p95_ms']:.1f} ms {v['rps']:.1f} rps" for c, v in levels.items())
             yield "service", f"{route} batching {mode} (p50/p95, throughput)", cells
     for mode, value in s["search_overhead_p50_ms"].items():
-        yield "service", f"/search c1 p50 over in-process, batching {mode}", \
-            f"{value:.2f} ms (of which HTTP+JSON outside the server's total: {s['search_http_json_p50_ms'][mode]:.2f} ms)"
+        yield "service", f"/search c1 overhead per request (latency - encode - search - rerank), batching {mode}", \
+            (f"p50 {value:.2f} ms, of which outside the server's total (HTTP+JSON): "
+             f"{s['search_http_json_p50_ms'][mode]:.2f} ms; p50 - in-process p50: {s['search_in_process_delta_p50_ms'][mode]:.2f} ms")
     gains = ", ".join(f"{mode} {v:.2f}x" for mode, v in s["encode_rps_ratio_max_vs_1"].items() if v is not None)
     yield "service", "/encode rps at max concurrency / at c1", gains
 

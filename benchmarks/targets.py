@@ -55,7 +55,7 @@ TARGETS = (
            0.6, True, lambda r: r["search"]["first_stage"]["batch1_scan_fraction_of_1_thread_bandwidth"]),
     Target("rerank_vs_first_stage", "exact GIP rerank of 10k candidates / batch-1 first stage",
            0.10, False, lambda r: r["search"]["rerank"]["fraction_of_first_stage_batch1"]),
-    Target("search_http_overhead_ms", "/search p50 at concurrency 1 minus in-process p50, ms (best batching mode)",
+    Target("search_http_overhead_ms", "/search overhead over the in-process work at concurrency 1, p50 ms (best batching mode)",
            2.0, False, lambda r: r["service"]["search_http_overhead_p50_ms"]),
     Target("encode_concurrency_gain", "/encode requests/s at the highest concurrency / one client (best batching mode)",
            3.0, True, lambda r: max(v for v in r["service"]["encode_rps_ratio_max_vs_1"].values() if v is not None)),

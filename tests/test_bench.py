@@ -57,7 +57,7 @@ def test_quick_run_drives_a_live_server_with_and_without_batching(quick_results)
     for mode in ("batching_on", "batching_on_nowait", "batching_off"):
         for route in ("/search", "/encode"):
             for level in ("c1", "c4"):
-                assert {"p50_ms", "p95_ms", "rps", "server_total_p50_ms"} <= set(s[mode][route][level])
+                assert {"p50_ms", "p95_ms", "rps", "server_total_p50_ms", "overhead_p50_ms"} <= set(s[mode][route][level])
     assert "search_ms" in s["in_process"] and "encode_ms" in s["in_process"]
     assert set(s["search_overhead_p50_ms"]) == set(s["encode_rps_ratio_max_vs_1"]) == {"on", "on_nowait", "off"}
 
