@@ -140,16 +140,21 @@ def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates
     gated_dim = 0 if gates is None else gates.shape[1]
     n = values.shape[0]
     k = min(k, n)
-    qv = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
-    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq))
+    # only the columns some query uses (gated dims above θ, every open dim) are read and
+    # converted from float16: a few dozen of the gated ones instead of all of them
+    cols, used = active_dims(np.where(xq[:, :gated_dim] > theta, 1.0, 0.0), gated_dim) if gated_dim else \
+        (np.arange(xq.shape[1]), 0)
+    cols = np.concatenate([cols[:used], np.arange(gated_dim, xq.shape[1])])
+    qv = torch.from_numpy(np.ascontiguousarray(xq[:, cols], dtype=np.float32))
+    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq[:, cols[:used]]))
     best_scores = torch.full((xq.shape[0], 0), float("-inf"))
     best_rows = torch.zeros((xq.shape[0], 0), dtype=torch.int64)
     with torch.inference_mode():
         for s in range(0, n, _ROWS_PER_SCAN_CHUNK):
             # copies: the index arrays are read-only memory maps
-            pv = torch.from_numpy(np.array(values[s:s + _ROWS_PER_SCAN_CHUNK], dtype=np.float32))
-            pg = None if gates is None else torch.from_numpy(np.array(gates[s:s + _ROWS_PER_SCAN_CHUNK]))
-            chunk = _approx_chunk(qv, qg, pv, pg, theta, gated_dim)
+            pv = torch.from_numpy(values[s:s + _ROWS_PER_SCAN_CHUNK, cols].astype(np.float32))
+            pg = None if gates is None else torch.from_numpy(gates[s:s + _ROWS_PER_SCAN_CHUNK, cols[:used]])
+            chunk = _approx_chunk(qv, qg, pv, pg, theta, used)
             chunk_rows = torch.arange(s, s + pv.shape[0]).expand(xq.shape[0], -1)
             merged = torch.cat([best_scores, chunk], 1)
             merged_rows = torch.cat([best_rows, chunk_rows], 1)
