@@ -15,6 +15,7 @@ def parser() -> argparse.ArgumentParser:
     size.add_argument("--quick", action="store_const", dest="preset", const="quick", help="tiny sizes, seconds (CI)")
     size.add_argument("--full", action="store_const", dest="preset", const="full", help="larger samples")
     p.add_argument("--out", type=Path, default=None, help="JSON results file [bench-<preset>.json]")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown to this file")
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=None, help="run only these sections")
     p.add_argument("--rows", type=int, default=None, help="first-stage rows (default 1M, capped by memory)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch, ONNX Runtime and Faiss")
@@ -40,13 +41,15 @@ def quiet_libraries() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def run_and_report(config: BenchConfig, out: Path | None) -> dict:
+def run_and_report(config: BenchConfig, out: Path | None, markdown: Path | None = None) -> dict:
     quiet_libraries()  # before the imports: faiss logs its loader attempts at import time
     from benchmarks import report, runner
 
     results = runner.run(config)
     report.print_table(results)
     path = report.write_json(results, out or Path(f"bench-{config.preset}.json"))
+    if markdown is not None:
+        markdown.write_text(report.markdown(results))
     logging.getLogger(__name__).info("results written to %s", path)
     return results
 
@@ -54,4 +57,4 @@ def run_and_report(config: BenchConfig, out: Path | None) -> dict:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parser().parse_args(argv)
-    run_and_report(config_from(args), args.out)
+    run_and_report(config_from(args), args.out, args.markdown)

@@ -106,6 +106,16 @@ def print_table(results: dict, console: Console | None = None) -> None:
     (console or Console(width=200)).print(table)
 
 
+def markdown(results: dict) -> str:
+    """The same table as Markdown (for the README and issue notes)."""
+    machine = results["machine"]
+    lines = [f"Preset `{results['config']['preset']}` on {results['device']}, {machine['cpus']} CPUs, "
+             f"{machine['torch_threads']} torch threads, load average {machine['load_average_at_start']} at start, "
+             f"started {results['started']}.", "", "| section | what | result |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c.replace('|', '/')} |" for a, b, c in rows(results)]
+    return "\n".join(lines) + "\n"
+
+
 def write_json(results: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

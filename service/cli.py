@@ -101,7 +101,7 @@ def bench_command(ctx: typer.Context) -> None:
     from benchmarks.cli import config_from, parser, run_and_report
 
     args = parser().parse_args(ctx.args)
-    run_and_report(config_from(args), args.out)
+    run_and_report(config_from(args), args.out, args.markdown)
 
 # -- encode (issue 2) -------------------------------------------------------------
 class RoleChoice(str, Enum):

@@ -70,5 +70,6 @@ def test_every_target_is_evaluated_and_every_number_is_finite(quick_results):
 
 def test_table_has_a_row_per_measurement(quick_results):
     sections = [row[0] for row in report.rows(quick_results)]
+    assert report.markdown(quick_results).count("\n| ") == len(sections) + 1  # header + one line per row
     for section in ("memory", "first stage", "rerank", "approx GIP", "encoder", "passages", "service", "target"):
         assert section in sections
