@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -62,12 +62,15 @@ def passage_text(doc: Document) -> str:
     return f"{doc.title} {doc.text}" if doc.title else doc.text
 
 
-def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int) -> Encoded:
-    """Encode in length-sorted batches, returned in input order."""
+def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int,
+                    on_batch: Callable[[int], object] = lambda n: None) -> Encoded:
+    """Encode in length-sorted batches, returned in input order; ``on_batch(size)`` after each batch."""
     tokenized = encoder.tokenize(texts, "passage")
     order = sorted(range(len(texts)), key=lambda i: (tokenized[i].length, i))
-    parts = [encoder.encode_tokenized([tokenized[i] for i in order[s:s + batch_size]], "passage")
-             for s in range(0, len(order), batch_size)]
+    parts = []
+    for s in range(0, len(order), batch_size):
+        parts.append(encoder.encode_tokenized([tokenized[i] for i in order[s:s + batch_size]], "passage"))
+        on_batch(len(parts[-1]))
     encoded = Encoded.concat(parts)
     inverse = np.argsort(np.asarray(order))
     return encoded[inverse]
@@ -95,10 +98,9 @@ def _encode_shards(encoder: Encoder, corpus: Path, work: Path, options: BuildOpt
     with bar:
         number = done
         while batch := list(islice(docs, options.shard_size)):
-            encoded = encode_passages(encoder, [passage_text(d) for d in batch], options.batch_size)
+            encoded = encode_passages(encoder, [passage_text(d) for d in batch], options.batch_size, bar.update)
             shards.write_shard(work, number, encoded.values, encoded.gates, batch)
             number += 1
-            bar.update(len(batch))
 
 
 def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[float, dict]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from dataclasses import dataclass
 
 import faiss
@@ -22,7 +21,6 @@ log = logging.getLogger(__name__)
 
 # nq * d above which Faiss uses BLAS; ~2 queries at d = 768
 BATCHED_BLAS_THRESHOLD = 1024
-_omp_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -56,6 +54,9 @@ def train_sample(n: int, pq: PQConfig) -> np.ndarray:
 
 def train(index: faiss.Index, xt: np.ndarray, pq: PQConfig) -> None:
     """Train a PQ index on ``xt (T, dim)`` float32; single-threaded so the codebooks are reproducible."""
+    if len(xt) < 2 ** pq.nbits:
+        raise ValueError(f"PQ with {pq.nbits} bits needs at least {2 ** pq.nbits} passages to train, got {len(xt)}; "
+                         "use fewer --pq-nbits or the exact FlatIP first stage")
     index.pq.cp.seed = pq.seed
     with omp_threads(1):
         index.train(np.ascontiguousarray(xt, dtype=np.float32))
@@ -67,14 +68,17 @@ def first_stage_description(index: faiss.Index) -> str:
 
 @contextlib.contextmanager
 def omp_threads(n: int):
-    """Run a block with ``n`` OpenMP threads (Faiss's setting is process-wide, hence the lock)."""
-    with _omp_lock:
-        before = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(n)
-        try:
-            yield
-        finally:
-            faiss.omp_set_num_threads(before)
+    """Run a block with ``n`` OpenMP threads in the calling thread.
+
+    ``omp_set_num_threads`` changes the calling thread's setting only, so concurrent
+    searches on other threads keep theirs (checked in tests/test_search.py).
+    """
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def tune_blas(threshold: int = BATCHED_BLAS_THRESHOLD) -> None:

@@ -263,8 +263,9 @@ def verify_files(directory: Path, manifest: dict, *, checksums: bool = True) -> 
     """Every listed file exists with its size (and sha256); required files are listed."""
     listed = manifest["files"]
     required = {VALUES, FIRST_STAGE, DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
-    for name in sorted(required - set(listed)):
-        raise _fail(directory / MANIFEST, f"does not list required file {name}")
+    missing = sorted(required - set(listed))
+    if missing:
+        raise _fail(directory / MANIFEST, f"does not list required files {missing}")
     for name, meta in sorted(listed.items()):
         path = directory / name
         if not path.is_file():

@@ -123,6 +123,7 @@ def eval_command(
     first_stage: str = typer.Option("ip", "--first-stage", callback=_check_first_stage, help="ip or approx_gip"),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only (no exact GIP)"),
     bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
     encoder: EncoderOptions = None,
 ) -> None:
@@ -131,7 +132,8 @@ def eval_command(
         index = load_index(index_dir)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
         outcome = commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
-                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam)
+                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
+                                    rerank=not no_rerank)
     except _KNOWN_ERRORS as exc:
         raise _fail(exc) from exc
     if as_json:

@@ -176,9 +176,18 @@ def test_cli_build_search_eval_with_fake_model(tmp_path):
     assert evaluated.exit_code == 0, evaluated.output
     metrics = json.loads(evaluated.output.strip().splitlines()[-1])
     assert list(metrics) == ["nDCG@10", "MRR@10", "R@100", "R@1000"] and metrics["MRR@10"] == 1.0
+    first_stage_only = runner.invoke(app, ["eval", "--index", str(tmp_path / "ix"), "--queries", str(tmp_path / "queries.jsonl"),
+                                           "--qrels", str(tmp_path / "qrels.tsv"), "--no-rerank", "--bm25"])
+    assert first_stage_only.exit_code == 0 and "BM25" in first_stage_only.output
     first = (tmp_path / "run.txt").read_text().splitlines()[0].split()
     assert first[:4] == ["q0", "Q0", "p0", "1"]
     broken = runner.invoke(app, ["search", "--index", str(tmp_path / "nowhere"), "x"])
     assert broken.exit_code == 2 and "no such index directory" in " ".join(broken.output.split())
     mismatch = runner.invoke(app, ["search", "--index", str(tmp_path / "ix"), "--model", "fake:dhr", "x"])
     assert mismatch.exit_code == 2 and "does not match the index" in " ".join(mismatch.output.split())
+
+
+def test_progress_is_reported_per_batch():
+    seen = []
+    encode_passages(FakeEncoder("cls"), [f"text {i}" for i in range(10)], 4, seen.append)
+    assert seen == [4, 4, 2]

@@ -1,5 +1,7 @@
 """Searcher: first stage vs numpy brute force, two-stage vs exhaustive GIP, λ, explain, errors."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,31 @@ def test_gpu_first_stage_returns_the_cpu_ids(tmp_path, device, float16):
     cpu = Searcher(index).search(queries, k=10, candidates=100)
     gpu = Searcher(index, device=device, float16=float16).search(queries, k=10, candidates=100)
     assert gpu.rows == cpu.rows  # the rerank is exact on both; only the candidate sets could differ
+
+
+def test_single_thread_setting_stays_in_the_calling_thread():
+    import threading
+
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    seen = []
+
+    def other():
+        with flat.omp_threads(before + 1):
+            seen.append(faiss.omp_get_max_threads())
+            seen.append(main_view.wait(5))
+
+    main_view = threading.Event()
+    worker = threading.Thread(target=other)
+    worker.start()
+    time.sleep(0.05)
+    assert faiss.omp_get_max_threads() == before  # the worker's setting did not leak here
+    main_view.set()
+    worker.join(5)
+    assert seen == [before + 1, True] and faiss.omp_get_max_threads() == before
+
+
+def test_pq_with_too_few_passages_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="at least 256 passages"):
+        make_index(tmp_path, "cls", n=100, dense=16, pq=flat.PQConfig(m=4, nbits=8))
