@@ -43,7 +43,7 @@ def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
             log.warning("rebuilding the demo index: %s", exc)
     corpus = directory / "corpus.jsonl"
     count = write_stdlib_corpus(corpus, passages)
-    log.info("building a fusion index of %d passages (takes about a minute on 2 CPU cores)", count)
+    log.info("building a fusion index of %d passages (a few minutes on 2 CPU cores; reused on the next run)", count)
     encoder = load_encoder(LEXICAL_MODEL, kind="fusion", dense_model=DENSE_MODEL)
     return build_index(encoder, corpus, index_dir, BuildOptions(lam=DEMO_LAMBDA, name="python-stdlib-docs",
                                                                 overwrite=True, resume=not rebuild))

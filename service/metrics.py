@@ -41,6 +41,8 @@ class ServiceMetrics:
         self.index_documents = Gauge(p + "index_documents", "documents in the served index", registry=r)
         self.index_dims = Gauge(p + "index_dims", "dimensions of the served index's vectors", registry=r)
         self.model = Info(p + "model", "the served model", registry=r)
+        self.search_batch = Histogram(p + "search_batch_queries", "queries per coalesced first-stage call",
+                                      buckets=BATCH_SIZE_BUCKETS, registry=r)
         self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
 
     # -- reports from the encoder worker (see service.batcher.BatchObserver) --
@@ -66,6 +68,9 @@ class ServiceMetrics:
         self.first_stage_duration.labels(first_stage=first_stage).observe(search_s)
         if rerank_s is not None:
             self.rerank_duration.observe(rerank_s)
+
+    def observe_search_batch(self, queries: int) -> None:
+        self.search_batch.observe(queries)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route=route, status=str(status)).inc()

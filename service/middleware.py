@@ -64,8 +64,9 @@ class ServiceMiddleware:
                 status = message["status"]
                 out = MutableHeaders(scope=message)
                 out["x-request-id"] = request_id
-                if timing := state.get("timing"):
-                    out["server-timing"] = server_timing(timing)
+                # the stage times a handler recorded, else at least the total so far
+                timing = state.get("timing") or {"total_ms": round((time.perf_counter() - started) * 1000, 3)}
+                out["server-timing"] = server_timing(timing)
             await send(message)
 
         try:

@@ -105,7 +105,8 @@ class Runtime:
                                queue_size=settings.queue_size, retry_after_s=settings.retry_after_s,
                                observer=self.metrics)
         self.search_pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
-        self.search_batcher = SearchBatcher(self.searcher, self.search_pool) if self.searcher is not None else None
+        self.search_batcher = (SearchBatcher(self.searcher, self.search_pool, self.metrics.observe_search_batch)
+                               if self.searcher is not None else None)
         self._ready = threading.Event()
         self.status = "starting"
         spec = encoder.spec

@@ -11,13 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from annotated_types import Ge, Le
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
 
 from service.settings import Limits
 
-# a text must contain something besides whitespace; over-long texts are truncated, not rejected
-Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
+# A text must contain something besides whitespace; over-long texts are truncated, not rejected.
+# The class spells out the union of what Python, Rust (pydantic-core) and ECMAScript (OpenAPI
+# clients) call whitespace, so that every engine agrees on which texts are blank.
+WHITESPACE = r"\t-\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+Text = Annotated[str, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
 DocId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+def _json_number(value):
+    # JSON's numbers only: 3.0 is an integer in JSON Schema, but true and "3" are not numbers
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_number)]
+JsonFloat = Annotated[float, BeforeValidator(_json_number)]
+JsonBool = Annotated[bool, Strict()]
+Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 Role = Literal["query", "passage"]
 
@@ -51,15 +68,15 @@ def request_models(limits: Limits) -> RequestModels:
                             json_schema_extra=_no_default)
         queries: Texts = Field(None, description="a batch of queries; `results` is a list of hit lists",
                                json_schema_extra=_no_default)
-        k: int = Field(10, ge=1, le=limits.max_k, description="hits per query (fewer if the index is smaller)")
+        k: JsonInt = Field(10, ge=1, le=limits.max_k, description="hits per query (fewer if the index is smaller)")
         first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
-        candidates: int = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
-        theta: float = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
-        rerank: bool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
-        lam: float | None = Field(None, alias="lambda", ge=0, le=1e4, allow_inf_nan=False,
+        candidates: JsonInt = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
+        theta: JsonFloat = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
+        rerank: JsonBool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
+        lam: Lambda | None = Field(None, alias="lambda",
                                   description="weight of the query's dense part; default: the index's")
-        return_text: bool = Field(False, description="include each hit's title and text")
-        explain: bool = Field(False, description="include each hit's matched terms and score split")
+        return_text: JsonBool = Field(False, description="include each hit's title and text")
+        explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -76,7 +93,7 @@ def request_models(limits: Limits) -> RequestModels:
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
         query: Text
         id: DocId = Field(description="document id in the index")
-        lam: float | None = Field(None, alias="lambda", ge=0, le=1e4, allow_inf_nan=False)
+        lam: Lambda | None = Field(None, alias="lambda", description="weight of the query's dense part")
 
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
@@ -46,8 +47,9 @@ class SearchOutcome:
 
 
 class SearchBatcher:
-    def __init__(self, searcher, executor: Executor):
+    def __init__(self, searcher, executor: Executor, on_group: Callable[[int], None] | None = None):
         self.searcher = searcher
+        self.on_group = on_group or (lambda queries: None)
         self.executor = executor
         self._lock = threading.Lock()
         self._pending: dict[SearchParams, list[tuple[Encoded, Future]]] = {}
@@ -84,6 +86,7 @@ class SearchBatcher:
                                      candidates=params.candidates, theta=params.theta, rerank=params.rerank,
                                      lam=params.lam)
         total = len(found.ids)
+        self.on_group(total)
         offset = 0
         for queries, future in jobs:
             rows = slice(offset, offset + len(queries))

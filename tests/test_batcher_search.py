@@ -45,10 +45,11 @@ def test_concurrent_searches_share_calls_and_match_single_searches(searcher):
     queries = [f"{a} {b}" for a in TOPICS for b in TOPICS[:2]][:16]
     params = [SearchParams(5, "ip", 20, 0.1, True, None), SearchParams(3, "approx_gip", 30, 0.2, True, 2.0)]
     requests = [(encoder.encode([q], "query"), params[i % 2]) for i, q in enumerate(queries)]
-    slow = SlowSearcher(searcher)
+    slow, groups = SlowSearcher(searcher), []
     with ThreadPoolExecutor(1) as pool:
-        outcomes = run_concurrently(SearchBatcher(slow, pool), requests)
+        outcomes = run_concurrently(SearchBatcher(slow, pool, groups.append), requests)
     assert len(slow.calls) < len(requests) and sum(n for n, _ in slow.calls) == len(requests)
+    assert groups == [n for n, _ in slow.calls]
     assert {k for _, k in slow.calls} == {5, 3}  # groups never mix parameters
     for (q, p), outcome in zip(requests, outcomes):
         alone = searcher.search(q, k=p.k, first_stage=p.first_stage, candidates=p.candidates, theta=p.theta,

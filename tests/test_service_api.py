@@ -80,6 +80,11 @@ def test_search_equals_in_process_search(client, reference, params):
         assert body["index"] == {"name": "index", "documents": 80, "kind": "dhr"}
 
 
+def test_integral_numbers_are_integers(client):
+    r = client.post("/search", json={"query": "dense retrieval", "k": 4.0, "candidates": 20.0})
+    assert r.status_code == 200 and len(r.json()["results"]) == 4
+
+
 def test_batch_of_queries_gives_one_list_per_query(client, reference):
     encoder, searcher = reference
     r = client.post("/search", json={"queries": QUERIES, "k": 4})
@@ -149,6 +154,8 @@ def test_timing_body_and_server_timing_header_agree(client):
     assert all(v >= 0 for v in timing.values()) and timing["total_ms"] >= timing["encode_ms"]
     stages = parse_server_timing(r.headers["server-timing"])
     assert stages == {name.removesuffix("_ms"): value for name, value in timing.items()}
+    for response in (client.get("/info"), client.post("/search", json={"query": ""})):
+        assert set(parse_server_timing(response.headers["server-timing"])) == {"total"}
 
 
 def test_request_id_is_echoed_or_made(client):
@@ -200,11 +207,13 @@ def test_metrics_expose_every_family(client):
 
 # -- errors (DESIGN §5): status, JSON body, and the next request still works ----------
 @pytest.mark.parametrize("body", [
-    {"query": ""}, {"query": "   \n\t"}, {"query": "x", "k": 0}, {"query": "x", "k": -3}, {"query": "x", "k": 51},
+    {"query": ""}, {"query": "   \n\t"}, {"query": "\u0085\u00a0\u3000\ufeff\x1c"}, {"query": "x", "k": 0}, {"query": "x", "k": -3}, {"query": "x", "k": 51},
     {"query": "x", "first_stage": "hnsw"}, {"query": "x", "candidates": 0}, {"query": "x", "theta": -1},
     {"query": "x", "theta": "NaN"}, {"query": "x", "lambda": "Infinity"}, {"query": "x", "k": "ten"},
     {"query": "x", "queries": ["y"]}, {}, {"queries": []}, {"query": "x", "unknown_field": 1},
-    {"query": ["not", "a", "string"]}, {"query": "x", "k": 1e30},
+    {"query": ["not", "a", "string"]}, {"query": "x", "k": 1e30}, {"query": "x", "k": 2.5}, {"query": "x", "k": "5"},
+    {"query": "x", "k": True}, {"query": "x", "lambda": True}, {"query": "x", "lambda": -0.5},
+    {"query": "x", "rerank": "true"}, {"query": "x", "explain": 1}, {"query": None, "queries": ["y"]},
 ])
 def test_invalid_search_fields_are_422(client, body):
     assert_error(client.post("/search", json=body), 422, "invalid_request")
