@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 from pathlib import Path
 
@@ -34,18 +35,29 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         backends=tuple(args.backends) if args.backends else None)
 
 
-def quiet_libraries() -> None:
-    """Per-request access logs of the servers under test would drown the table."""
-    for noisy in ("httpx", "transformers", "httpcore", "densehybrid.access", "uvicorn", "uvicorn.error", "service",
-                  "faiss.loader"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+NOISY_LOGGERS = ("httpx", "httpcore", "transformers", "faiss.loader", "uvicorn", "uvicorn.error", "service",
+                 "densehybrid.access")
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """Per-request access logs of the servers under test would drown the table; restored afterwards."""
+    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def run_and_report(config: BenchConfig, out: Path | None, markdown: Path | None = None) -> dict:
-    quiet_libraries()  # before the imports: faiss logs its loader attempts at import time
-    from benchmarks import report, runner
+    with quiet_libraries():  # before the imports: faiss logs its loader attempts at import time
+        from benchmarks import report, runner
 
-    results = runner.run(config)
+        results = runner.run(config)
     report.print_table(results)
     path = report.write_json(results, out or Path(f"bench-{config.preset}.json"))
     if markdown is not None:
