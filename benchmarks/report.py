@@ -73,6 +73,10 @@ def _service(r: dict):
         yield "service", f"/search c1 overhead per request (latency - encode - search - rerank), batching {mode}", \
             (f"p50 {value:.2f} ms, of which outside the server's total (HTTP+JSON): "
              f"{s['search_http_json_p50_ms'][mode]:.2f} ms; p50 - in-process p50: {s['search_in_process_delta_p50_ms'][mode]:.2f} ms")
+    if "noop_floor_c1" in s:
+        floor = s["noop_floor_c1"]
+        yield "service", "floor: do-nothing FastAPI /search in its own process, c1", \
+            f"p50 {floor['p50_ms']:.2f} / p95 {floor['p95_ms']:.2f} ms"
     gains = ", ".join(f"{mode} {v:.2f}x" for mode, v in s["encode_rps_ratio_max_vs_1"].items() if v is not None)
     yield "service", "/encode rps at max concurrency / at c1", gains
 

@@ -95,8 +95,30 @@ def server_process(index_dir: Path, backend: str, device: str | None, batching: 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    with _process(cmd, f"http://127.0.0.1:{port}", env, timeout_s) as url:
+        yield url
+
+
+# the floor under any /search overhead on this machine: the same server stack (uvicorn + FastAPI,
+# JSON in and out) with a handler that does nothing
+NOOP_APP = """
+import sys, uvicorn
+from fastapi import FastAPI
+app = FastAPI()
+@app.get("/ready")
+def ready():
+    return {"ready": True}
+@app.post("/search")
+def search(body: dict):
+    return {"results": [{"id": f"D{i}", "score": 1.0, "rank": i + 1} for i in range(10)],
+            "timing": {"queue_ms": 0.0, "encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0, "total_ms": 0.0}}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+"""
+
+
+@contextlib.contextmanager
+def _process(cmd: list[str], url: str, env: dict, timeout_s: float):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -116,6 +138,13 @@ def server_process(index_dir: Path, backend: str, device: str | None, batching: 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def noop_floor(config, texts: list[str]) -> dict:
+    """/search latency of a do-nothing FastAPI handler in its own process: the HTTP+JSON floor."""
+    port = _free_port()
+    with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as url:
+        return asyncio.run(_drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1))
 
 
 @contextlib.contextmanager
@@ -177,6 +206,8 @@ def run(config, device: str | None) -> dict:
                "requests_per_level": len(texts), "server": "thread" if config.service_in_thread else "process",
                "in_process": in_process(encoder, index_dir, texts, repeats=max(5, min(30, len(texts))))}
         del encoder
+        if not config.service_in_thread:
+            out["noop_floor_c1"] = noop_floor(config, texts)
         serve = server_thread if config.service_in_thread else server_process
         for mode, batching in BATCHING.items():
             with serve(index_dir, config.service_backend, device, batching, config.threads) as url:
