@@ -31,7 +31,7 @@ def queries_for(index, q=4, seed=99):
 
 
 @pytest.mark.parametrize("kind", ["cls", "aggretriever", "fusion"])
-@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("batch", [1, 5, 400])  # 400 x 32 dims: above the BLAS threshold
 def test_first_stage_ip_equals_numpy_brute_force(tmp_path, kind, batch):
     index = make_index(tmp_path, kind)
     queries = queries_for(index, batch)
