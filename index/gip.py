@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-# bound on gathered elements per scoring step (queries x candidates x columns), ~64 MB of float32
+# bound on gathered elements per scoring step (rows x columns of a block; capped at 1024 rows in _block_rows)
 _MAX_GATHER_ELEMENTS = 16_000_000
 _ROWS_PER_SCAN_CHUNK = 65_536
 
