@@ -13,16 +13,13 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from encoder.base import Encoder
 from service.batcher import Batcher
 from service.metrics import ServiceMetrics
 from service.search_batcher import SearchBatcher
 from service.settings import ServiceSettings
-
-if TYPE_CHECKING:  # the index package is only needed when an index is served
-    from index.store import IndexFiles
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Start-up checks, graceful shutdown and clients that go away (the service's lifecycle)."""
 
 import concurrent.futures
+import dataclasses
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from encoder.backends.fake import FakeEncoder
-from index.store import VALUES, load_index
+from index.store import VALUES
 from service.app import create_app
 from service.runtime import StartupError, load_components
 from service.settings import ServiceSettings
@@ -61,6 +62,11 @@ def test_a_model_that_does_not_match_the_index_is_refused(index_dir, monkeypatch
     monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr", dlr_dim=640))
     with pytest.raises(StartupError, match="does not match index"):
         load_components(ServiceSettings(index=index_dir))
+    retrained = FakeEncoder("dhr")
+    retrained.spec = dataclasses.replace(retrained.spec, weights_hash="other-weights")  # same shapes
+    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: retrained)
+    with pytest.raises(StartupError, match="weights_hash"):
+        load_components(ServiceSettings(index=index_dir, model="somewhere/else"))
     monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr"))
     loaded, index = load_components(ServiceSettings(index=index_dir))
     assert index.count == 40 and loaded.spec.weights_hash == index.spec.weights_hash
