@@ -158,11 +158,8 @@ class IndexFiles:
 # -- writing -----------------------------------------------------------------------------
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:

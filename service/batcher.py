@@ -137,6 +137,20 @@ class Batcher:
             future.cancel()
             self.observer.count_rejected("timeout")
             raise EncoderTimeout(f"the encoder did not answer within {timeout_s:g} s") from None
+        finally:
+            if future.cancelled():
+                self._withdraw(future)
+
+    def _withdraw(self, future: Future) -> None:
+        """Take a cancelled job out of the queue now, so that it stops holding queue places until the worker
+        reaches it (many clients giving up behind a slow forward would otherwise cause 429s for nothing)."""
+        with self._cond:
+            for job in self._jobs:
+                if job.future is future:
+                    self._jobs.remove(job)
+                    self._queued_texts -= len(job.items)
+                    self.observer.set_queue_depth(self._queued_texts)
+                    return
 
     # -- worker side ------------------------------------------------------------
     def _run(self) -> None:

