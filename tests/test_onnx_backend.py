@@ -207,3 +207,21 @@ def test_real_fusion_splade_tiny_minilm_matches(splade_tiny_dir, minilm_dir, tmp
         got, expect = onnx.encode(TEXTS, role), reference.encode(TEXTS, role)
         assert_same_encoding(got, expect)
         assert (expect.values[:, :768] > 0).sum(1).min() > 3  # a trained SPLADE fires on real text
+
+
+def test_untied_query_and_passage_models_get_their_own_graphs(tiny_dir, tmp_path):
+    """An untied checkpoint (query_model/ + passage_model/) exports two graphs, one per role."""
+    from encoder.loading import save_encoder
+
+    encoder = load_encoder(str(tiny_dir), kind="dhr", device="cpu")
+    other = random_masked_lm("tiny", seed=11)
+    encoder.backbone.models = {"query": encoder.backbone.models["query"], "passage": other}
+    untied_dir = save_encoder(encoder, tmp_path / "untied")
+    reference = load_encoder(str(untied_dir), kind="dhr", device="cpu")
+    assert not reference.backbone.tied
+    onnx = use_onnx(load_encoder(str(untied_dir), kind="dhr", device="cpu"), cache_root=tmp_path / "onnx")
+    runners = onnx.backbone.runners
+    assert runners["query"].export_dir != runners["passage"].export_dir
+    for role in ("query", "passage"):
+        assert_same_encoding(onnx.encode(TEXTS, role), reference.encode(TEXTS, role))
+    assert not np.allclose(reference.encode(TEXTS[:1], "query").values, reference.encode(TEXTS[:1], "passage").values)
