@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from benchmarks.checkpoints import write_random_checkpoint
-from benchmarks.timing import ratio, time_calls
+from benchmarks.timing import ratio, summarize
 from encoder.backends.onnx_backend import apply_backend
 from encoder.base import TokenizedText
 from encoder.encoders import MODEL_KEY
@@ -52,20 +52,33 @@ def _encoder(model_dir: Path, variant: str, backend: str, device: str | None, ca
     return apply_backend(encoder, backend, cache_root=cache)
 
 
+def interleaved(calls: dict[str, object], *, repeats: int, warmup: int = 3) -> dict[str, dict]:
+    """Time several calls round-robin, so drift in the machine's load hits them all alike
+    (their ratios are the output); -> name -> timing dict."""
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - start) * 1000.0)
+    return {name: summarize(s).to_dict() for name, s in samples.items()}
+
+
 def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> dict:
     out: dict = {}
     for backend in config.backends:
-        for variant in VARIANTS:
-            encoder = _encoder(model_dir, variant, backend, device, cache)
-            for length in config.query_lengths:
-                item = token_items(1, length, seed=length)
-                t = time_calls(lambda: encoder.encode_tokenized(item, "query"), repeats=config.encoder_repeats, warmup=3)
-                out.setdefault(backend, {}).setdefault(f"len{length}", {})[variant] = t.to_dict()
-    for backend, by_length in out.items():
-        for row in by_length.values():
-            base = row["cls"]["p50"]
-            for variant, t in row.items():
-                t["ratio_to_cls_p50"] = ratio(t["p50"], base)
+        encoders = {variant: _encoder(model_dir, variant, backend, device, cache) for variant in VARIANTS}
+        for length in config.query_lengths:
+            item = token_items(1, length, seed=length)
+            calls = {v: (lambda e=e: e.encode_tokenized(item, "query")) for v, e in encoders.items()}
+            row = interleaved(calls, repeats=config.encoder_repeats)
+            for t in row.values():
+                t["ratio_to_cls_p50"] = ratio(t["p50"], row["cls"]["p50"])
+            out.setdefault(backend, {})[f"len{length}"] = row
+        del encoders
     if "torch" in out and "onnx" in out:
         out["onnx_speedup_p50"] = {length: {v: ratio(out["torch"][length][v]["p50"], out["onnx"][length][v]["p50"])
                                             for v in VARIANTS} for length in out["torch"]}
@@ -139,13 +152,12 @@ def mlm_breakdown(config, model_dir: Path, device: str | None, cache: Path) -> d
             hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
             logits = head(hidden)
             weights = torch.rand(1, length, device=model.device)
-            row = {
-                "backbone_ms": time_calls(lambda: base(input_ids=ids, attention_mask=mask), repeats=config.encoder_repeats).p50,
-                "head_ms": time_calls(lambda: head(hidden[:, 1:]), repeats=config.encoder_repeats).p50,
-                "math_ms": time_calls(lambda: R.aggregate_full(R.term_weighted_mlm(logits, weights, mask)),
-                                      repeats=config.encoder_repeats).p50,
-            }
-        row = {k: round(v, 3) for k, v in row.items()}
+            timings = interleaved({
+                "backbone_ms": lambda: base(input_ids=ids, attention_mask=mask),
+                "head_ms": lambda: head(hidden[:, 1:]),
+                "math_ms": lambda: R.aggregate_full(R.term_weighted_mlm(logits, weights, mask)),
+            }, repeats=config.encoder_repeats)
+        row = {k: round(t["p50"], 3) for k, t in timings.items()}
         row["measured_bound_ratio"] = ratio(row["backbone_ms"] + row["head_ms"] + row["math_ms"], row["backbone_ms"])
         out[f"len{length}"] = row
     return out
