@@ -1,0 +1,1 @@
+"""Performance benchmarks (DESIGN §8, issue 6): ``python -m benchmarks`` or ``densehybrid bench``."""

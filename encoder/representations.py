@@ -22,16 +22,49 @@ def real_token_mask(mask: torch.Tensor) -> torch.Tensor:
     return real
 
 
+# elements of the temporaries of one step of the max over tokens (~8 MB of float32): one step for a
+# query (32 x 30522), a few for a chunk of passages; each step is one vectorised op, not one per token
+_STEP_ELEMENTS = 2_000_000
+
+
+def _rowwise_logsumexp(x: torch.Tensor, rows_per_step: int = 32) -> torch.Tensor:
+    """logsumexp over the last dim of (..., V), a few rows at a time so the temporaries stay in
+    cache (measured 2-5x faster than one call over 512 x 30522 on CPU; same values)."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=x.dtype, device=x.device)
+    for s in range(0, flat.shape[0], rows_per_step):
+        out[s:s + rows_per_step] = torch.logsumexp(flat[s:s + rows_per_step], dim=-1)
+    return out.reshape(x.shape[:-1])
+
+
 def term_weighted_mlm(logits: torch.Tensor, term_weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Aggretriever/DeLADE lexical vector (§2.1).
 
     logits (B, L, V) MLM logits, term_weights (B, L) ``w_i``, mask (B, L).
     Returns (B, V): ``v[t] = max_i w_i * softmax(logits_i)[t]`` over real tokens.
     A text with no real token (impossible with a tokenizer that adds [SEP]) gives -inf.
+
+    Computed without materialising the softmax: for ``w_i > 0``,
+    ``w_i * p_i[t] = exp(z_it - lse_i + log w_i)``, so the max over tokens is the exp of
+    a max of shifted logits (one read of the logits after ``logsumexp``, taken over blocks of
+    tokens so no (B, L, V) temporary is made). Tokens with ``w_i <= 0`` only matter in a row
+    where no real token has ``w > 0``: every product is then <= 0 and ``v[t] = -exp(min_i
+    (log|w_i| + z_it - lse_i))``, the same max with the sign flipped.
     """
-    weighted = torch.softmax(logits.float(), dim=-1) * term_weights.float().unsqueeze(-1)
-    weighted = weighted.masked_fill(~real_token_mask(mask).unsqueeze(-1), NEG_INF)
-    return weighted.amax(dim=1)
+    logits, w = logits.float(), term_weights.float()
+    real = real_token_mask(mask)
+    positive = real & (w > 0)
+    any_positive = positive.any(dim=1, keepdim=True)  # (B, 1)
+    sign = torch.where(any_positive, 1.0, -1.0)  # (B, 1)
+    use = torch.where(any_positive, positive, real)
+    tokens_per_step = max(1, _STEP_ELEMENTS // max(1, logits.shape[0] * logits.shape[2]))
+    shift = torch.log(w.abs()) - _rowwise_logsumexp(logits)  # (B, L)
+    shift = torch.where(use, shift, sign * NEG_INF) * sign  # excluded tokens end at -inf after the sign
+    best = torch.full((logits.shape[0], logits.shape[2]), NEG_INF, dtype=logits.dtype, device=logits.device)
+    for i in range(0, logits.shape[1], tokens_per_step):  # (B, step, V) temporaries, not (B, L, V)
+        block = logits[:, i:i + tokens_per_step] * sign.unsqueeze(-1) + shift[:, i:i + tokens_per_step, None]
+        best = torch.maximum(best, block.amax(1))
+    return sign * torch.exp(sign * best)
 
 
 def skip_mlm_lexical(input_ids: torch.Tensor, term_weights: torch.Tensor, mask: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-# bound on gathered elements per scoring step (queries x candidates x columns), ~64 MB of float32
+# bound on gathered elements per scoring step (rows x columns of a block; capped at 1024 rows in _block_rows)
 _MAX_GATHER_ELEMENTS = 16_000_000
 _ROWS_PER_SCAN_CHUNK = 65_536
 
@@ -30,15 +30,6 @@ def scale_queries(values: np.ndarray, gated_dim: int, lam: float) -> np.ndarray:
     return out
 
 
-def _score_gathered(qv: torch.Tensor, qg: torch.Tensor | None, pv: torch.Tensor, pg: torch.Tensor | None, gated_dim: int) -> torch.Tensor:
-    """qv (B, dim), qg (B, G), pv (B, K, dim) float32, pg (B, K, G) -> (B, K) scores."""
-    dense = torch.bmm(pv[..., gated_dim:], qv[:, gated_dim:, None]).squeeze(-1)
-    if gated_dim == 0:
-        return dense
-    gated = torch.where(pg == qg[:, None, :], pv[..., :gated_dim], torch.zeros((), dtype=pv.dtype))
-    return torch.bmm(gated, qv[:, :gated_dim, None]).squeeze(-1) + dense
-
-
 def active_dims(xq: np.ndarray, gated_dim: int) -> tuple[np.ndarray, int]:
     """Columns that can contribute to a score: gated dims where some query is non-zero, then every
     open dim. -> (column numbers, how many of them are gated). A DLR query is sparse, so this
@@ -47,34 +38,59 @@ def active_dims(xq: np.ndarray, gated_dim: int) -> tuple[np.ndarray, int]:
     return np.concatenate([gated, np.arange(gated_dim, xq.shape[1])]), len(gated)
 
 
+def _block_rows(dim: int) -> int:
+    """Candidate rows scored per step: ~1024 keeps the float32 copy of a block in L2 cache."""
+    return max(1, min(1024, _MAX_GATHER_ELEMENTS // max(1, dim)))
+
+
+def _sparse_query_block(x: np.ndarray, g: np.ndarray, dims: np.ndarray, values: np.ndarray, gates: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """GIP over the gated dims ``dims`` only (the query's non-zero ones): gathers len(block) x len(dims) cells."""
+    pv = values[block[:, None], dims].astype(np.float32)
+    pv *= gates[block[:, None], dims] == g[dims]
+    return pv @ x[dims]
+
+
+def _dense_query_block(x: torch.Tensor, g: np.ndarray, values: np.ndarray, gates: np.ndarray | None, block: np.ndarray, gated_dim: int) -> np.ndarray:
+    """Full score (gated + open dims) of whole candidate rows, gathered once and masked in place."""
+    pv = torch.from_numpy(values[block]).float()
+    if gated_dim:
+        pv[:, :gated_dim].mul_(torch.from_numpy(gates[block] == g))
+    return (pv @ x).numpy()
+
+
 def score_rows(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
     """Exact GIP of each query with its own candidate rows.
 
     xq (Q, dim) float32 (already λ-scaled), gq (Q, G) uint8 or None,
     values (N, dim) float16/float32 (may be a memory map), gates (N, G) uint8 or None,
     rows (Q, K) int64 of valid row numbers -> (Q, K) float32.
-    The gather dominates, so distinct rows are gathered once for the whole batch, and only
-    the columns some query can use (``active_dims``).
+
+    Candidates are scored in cache-sized blocks of rows gathered once. A query whose
+    gated part is sparse (SPLADE-style DLR: most dims exactly 0, which contribute
+    nothing) gathers only its non-zero gated dims plus the open part; a dense one
+    (DeLADE) gathers whole rows and masks mismatched gates in place.
     """
-    cols, gated = active_dims(xq, 0 if gates is None else gates.shape[1])
-    q_count, k = rows.shape
-    unique, inverse = np.unique(rows, return_inverse=True)
-    inverse = torch.from_numpy(inverse.reshape(q_count, k))
-    pv_all = torch.from_numpy(values[unique[:, None], cols[None, :]]).float()
-    pg_all = None if gates is None else torch.from_numpy(gates[unique[:, None], cols[None, :gated]])
-    qv = torch.from_numpy(np.ascontiguousarray(xq[:, cols], dtype=np.float32))
-    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq[:, cols[:gated]]))
+    gated_dim = 0 if gates is None else gates.shape[1]
+    xq = np.ascontiguousarray(xq, dtype=np.float32)
+    out = np.empty(rows.shape, dtype=np.float32)
+    step = _block_rows(values.shape[1])
     with torch.inference_mode():
-        if q_count == 1:  # score the gathered rows in place, no second gather
-            pg = None if pg_all is None else pg_all[None]
-            return _score_gathered(qv, qg, pv_all[None], pg, gated)[:, inverse[0]].numpy()
-        step = max(1, _MAX_GATHER_ELEMENTS // max(1, k * len(cols)))
-        out = torch.empty(q_count, k, dtype=torch.float32)
-        for s in range(0, q_count, step):
-            idx = inverse[s:s + step]
-            pg = None if pg_all is None else pg_all[idx]
-            out[s:s + step] = _score_gathered(qv[s:s + step], None if qg is None else qg[s:s + step], pv_all[idx], pg, gated)
-    return out.numpy()
+        for q in range(rows.shape[0]):
+            x, g = xq[q], None if gq is None else np.asarray(gq[q])
+            dims = np.flatnonzero(x[:gated_dim])
+            sparse = dims.size * 4 < gated_dim
+            open_x = x[gated_dim:] if sparse else None
+            x_t = None if sparse else torch.from_numpy(x)
+            for s in range(0, rows.shape[1], step):
+                block = rows[q, s:s + step]
+                if not sparse:
+                    out[q, s:s + step] = _dense_query_block(x_t, g, values, gates, block, gated_dim)
+                    continue
+                score = values[block, gated_dim:].astype(np.float32) @ open_x
+                if dims.size:
+                    score += _sparse_query_block(x, g, dims, values, gates, block)
+                out[q, s:s + step] = score
+    return out
 
 
 def sort_by_score(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,16 +140,21 @@ def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates
     gated_dim = 0 if gates is None else gates.shape[1]
     n = values.shape[0]
     k = min(k, n)
-    qv = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
-    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq))
+    # only the columns some query uses (gated dims above θ, every open dim) are read and
+    # converted from float16: a few dozen of the gated ones instead of all of them
+    cols, used = active_dims(np.where(xq[:, :gated_dim] > theta, 1.0, 0.0), gated_dim) if gated_dim else \
+        (np.arange(xq.shape[1]), 0)
+    cols = np.concatenate([cols[:used], np.arange(gated_dim, xq.shape[1])])
+    qv = torch.from_numpy(np.ascontiguousarray(xq[:, cols], dtype=np.float32))
+    qg = None if gq is None else torch.from_numpy(np.ascontiguousarray(gq[:, cols[:used]]))
     best_scores = torch.full((xq.shape[0], 0), float("-inf"))
     best_rows = torch.zeros((xq.shape[0], 0), dtype=torch.int64)
     with torch.inference_mode():
         for s in range(0, n, _ROWS_PER_SCAN_CHUNK):
             # copies: the index arrays are read-only memory maps
-            pv = torch.from_numpy(np.array(values[s:s + _ROWS_PER_SCAN_CHUNK], dtype=np.float32))
-            pg = None if gates is None else torch.from_numpy(np.array(gates[s:s + _ROWS_PER_SCAN_CHUNK]))
-            chunk = _approx_chunk(qv, qg, pv, pg, theta, gated_dim)
+            pv = torch.from_numpy(values[s:s + _ROWS_PER_SCAN_CHUNK, cols].astype(np.float32))
+            pg = None if gates is None else torch.from_numpy(gates[s:s + _ROWS_PER_SCAN_CHUNK, cols[:used]])
+            chunk = _approx_chunk(qv, qg, pv, pg, theta, used)
             chunk_rows = torch.arange(s, s + pv.shape[0]).expand(xq.shape[0], -1)
             merged = torch.cat([best_scores, chunk], 1)
             merged_rows = torch.cat([best_rows, chunk_rows], 1)

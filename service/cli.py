@@ -51,6 +51,7 @@ def serve_command(
     kind: Optional[str] = typer.Option(None, "--kind", help="model kind when the model dir does not record it"),
     dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: CUDA if present)"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: torch or onnx [torch]"),
     host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
     max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
@@ -72,7 +73,7 @@ def serve_command(
 
     from service.serve import StartupError, serve, settings_from
 
-    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, host=host, port=port,
+    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
                  max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                  queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
                  max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
@@ -204,6 +205,16 @@ def loadtest_command(
         console.print(f"soak RSS: {rss}")
     if report is not None:
         report.write_text(json.dumps(result, indent=2))
+
+
+# -- bench (issue 6) ---------------------------------------------------------------
+@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_command(ctx: typer.Context) -> None:
+    """Run the performance benchmark (same flags as `python -m benchmarks`: --quick, --full, --out, --only ...)."""
+    from benchmarks.cli import config_from, parser, run_and_report
+
+    args = parser().parse_args(ctx.args)
+    run_and_report(config_from(args), args.out, args.markdown)
 
 
 # -- index build, search, eval (service/index_cli.py) --

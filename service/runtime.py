@@ -76,6 +76,13 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
         encoder = load_encoder(model, **options)
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
         raise StartupError(f"cannot load model {model!r}: {type(exc).__name__}: {exc}") from exc
+    if settings.backend != "torch":  # ONNX Runtime over the same checkpoints (issue 6)
+        from encoder.backends.onnx_backend import apply_backend
+
+        try:
+            encoder = apply_backend(encoder, settings.backend)
+        except Exception as exc:  # noqa: BLE001 - export/provider failures become one start-up message
+            raise StartupError(f"cannot run model {model!r} on {settings.backend}: {type(exc).__name__}: {exc}") from exc
     log.info("model loaded", extra={"fields": {"model": model, "kind": encoder.spec.kind, "device": encoder.device}})
     return encoder
 

@@ -1,0 +1,61 @@
+"""Benchmark sizes: ``quick`` (CI, seconds), ``default`` (a few minutes on 2 cores), ``full``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+SECTIONS = ("memory", "search", "encoder", "service")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    preset: str
+    # memory bandwidth
+    bandwidth_bytes: int
+    # first stage (Faiss FlatIP over N x 768 float32) and rerank / approximate GIP
+    first_stage_rows: int
+    first_stage_dim: int = 768
+    first_stage_repeats: int = 20
+    batch_size: int = 64
+    depth: int = 1000
+    rerank_candidates: int = 10_000
+    approx_rows: int = 100_000
+    approx_repeats: int = 5
+    # encoders (DistilBERT-base shape, random weights)
+    encoder_shape: str = "distilbert-base"
+    query_lengths: tuple[int, ...] = (12, 32)
+    encoder_repeats: int = 30
+    passage_batch: int = 32
+    passage_length: int = 128
+    passage_batches: int = 1
+    backends: tuple[str, ...] = ("torch", "onnx")
+    # service (a live loopback server)
+    service_kind: str = "dhr"
+    service_backend: str = "torch"
+    service_docs: int = 10_000
+    service_requests: int = 64
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    service_in_thread: bool = False  # quick: uvicorn in a thread of this process instead of a subprocess
+    sections: tuple[str, ...] = SECTIONS
+    device: str | None = None  # None: CUDA when present
+    threads: int | None = None  # torch / ONNX Runtime / Faiss threads; None keeps torch's default
+
+    def with_overrides(self, **changes) -> "BenchConfig":
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+PRESETS = {
+    "quick": BenchConfig(
+        preset="quick", bandwidth_bytes=32 << 20, first_stage_rows=20_000, first_stage_repeats=5,
+        batch_size=16, depth=100, rerank_candidates=2_000, approx_rows=20_000, approx_repeats=2,
+        encoder_shape="tiny", encoder_repeats=3, passage_batch=4, passage_length=32, passage_batches=1,
+        service_docs=500, service_requests=8, concurrency=(1, 4), service_in_thread=True),
+    "default": BenchConfig(preset="default", bandwidth_bytes=1 << 30, first_stage_rows=1_000_000),
+    "full": BenchConfig(preset="full", bandwidth_bytes=2 << 30, first_stage_rows=1_000_000, first_stage_repeats=50,
+                        approx_rows=1_000_000, encoder_repeats=100, passage_batches=3, service_docs=100_000,
+                        service_requests=256),
+}

@@ -1,0 +1,173 @@
+"""Encoder cost on a DistilBERT-base-shaped masked LM with random weights (DESIGN §3, §8).
+
+Query latency: batch 1 at each query length, for [CLS]-only, full Aggretriever,
+skip-MLM Aggretriever and DHR, on each backend (torch, ONNX Runtime), with the
+ratio of each to [CLS]-only on the same backend. Token ids are made directly
+(``[CLS] w1 .. wn [SEP]``) so every query has exactly the stated length;
+tokenization (thread-safe, off the worker) is not part of the forward.
+
+Passage throughput: batches of ``passage_batch`` x ``passage_length`` through our
+encoders vs one bare transformers forward of the same network (the masked LM for
+the MLM paths, its backbone for [CLS] and skip-MLM), so our overhead shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.checkpoints import write_random_checkpoint
+from benchmarks.timing import ratio, summarize
+from encoder.backends.onnx_backend import apply_backend
+from encoder.base import TokenizedText
+from encoder.encoders import MODEL_KEY
+from encoder.loading import load_encoder
+
+log = logging.getLogger(__name__)
+
+# name -> load_encoder options; "cls" first: every ratio is to it
+VARIANTS = {
+    "cls": {"kind": "cls", "pooling": "cls"},
+    "aggretriever": {"kind": "aggretriever"},
+    "aggretriever_skip_mlm": {"kind": "aggretriever", "skip_mlm": True},
+    "dhr": {"kind": "dhr"},
+}
+CLS_ID, SEP_ID = 101, 102
+
+
+def token_items(count: int, length: int, seed: int) -> list[TokenizedText]:
+    """``count`` texts of exactly ``length`` ids ([CLS] .. [SEP]) drawn from the wordpiece range."""
+    rng = np.random.default_rng(seed)
+    return [TokenizedText({MODEL_KEY: [CLS_ID, *rng.integers(1996, 29612, length - 2).tolist(), SEP_ID]})
+            for _ in range(count)]
+
+
+def _encoder(model_dir: Path, variant: str, backend: str, device: str | None, cache: Path):
+    encoder = load_encoder(str(model_dir), device=device, **VARIANTS[variant])
+    return apply_backend(encoder, backend, cache_root=cache)
+
+
+def interleaved(calls: dict[str, object], *, repeats: int, warmup: int = 3) -> dict[str, dict]:
+    """Time several calls round-robin, so drift in the machine's load hits them all alike
+    (their ratios are the output); -> name -> timing dict."""
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - start) * 1000.0)
+    return {name: summarize(s).to_dict() for name, s in samples.items()}
+
+
+def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> dict:
+    out: dict = {}
+    for backend in config.backends:
+        encoders = {variant: _encoder(model_dir, variant, backend, device, cache) for variant in VARIANTS}
+        for length in config.query_lengths:
+            item = token_items(1, length, seed=length)
+            calls = {v: (lambda e=e: e.encode_tokenized(item, "query")) for v, e in encoders.items()}
+            row = interleaved(calls, repeats=config.encoder_repeats)
+            for t in row.values():
+                t["ratio_to_cls_p50"] = ratio(t["p50"], row["cls"]["p50"])
+            out.setdefault(backend, {})[f"len{length}"] = row
+        del encoders
+    if "torch" in out and "onnx" in out:
+        out["onnx_speedup_p50"] = {length: {v: ratio(out["torch"][length][v]["p50"], out["onnx"][length][v]["p50"])
+                                            for v in VARIANTS} for length in out["torch"]}
+    return out
+
+
+def _throughput(fn, warm, passages: int, batches: int) -> float:
+    warm()  # a small batch: allocations and lazy initialisation stay out of the timing
+    start = time.perf_counter()
+    for _ in range(batches):
+        fn()
+    return passages * batches / (time.perf_counter() - start)
+
+
+def _bare_forward(encoder, items: list[TokenizedText]):
+    """One transformers forward of the encoder's own network over the whole padded batch."""
+    from encoder.tokenization import pad
+
+    model = encoder.backbone.models["passage"]
+    input_ids, mask = pad([i.ids[MODEL_KEY] for i in items], encoder.backbone.tokenizer.pad_id, model.device)
+
+    def run():
+        with torch.inference_mode():
+            return model(input_ids=input_ids, attention_mask=mask)
+    return run
+
+
+def passage_throughput(config, model_dir: Path, device: str | None, cache: Path) -> dict:
+    items = token_items(config.passage_batch, config.passage_length, seed=7)
+    few = items[:2]
+    n, batches = len(items), config.passage_batches
+    out: dict = {"batch": n, "length": config.passage_length}
+    bare_by_network: dict[bool, float] = {}  # the masked LM (MLM paths) or its backbone ([CLS], skip-MLM)
+    for variant in VARIANTS:
+        torch_encoder = _encoder(model_dir, variant, "torch", device, cache)
+        network = torch_encoder.backbone.with_mlm
+        if network not in bare_by_network:
+            bare_by_network[network] = _throughput(_bare_forward(torch_encoder, items),
+                                                   _bare_forward(torch_encoder, few), n, batches)
+        bare = bare_by_network[network]
+        row = {"network": "masked LM" if network else "backbone", "bare_transformers_pps": round(bare, 3)}
+        for backend in config.backends:
+            encoder = apply_backend(torch_encoder, backend, cache_root=cache) if backend != "torch" else torch_encoder
+            pps = _throughput(lambda: encoder.encode_tokenized(items, "passage"),
+                              lambda: encoder.encode_tokenized(few, "passage"), n, batches)
+            row[f"{backend}_pps"] = round(pps, 3)
+            row[f"{backend}_over_bare"] = ratio(pps, bare)
+        out[variant] = row
+    return out
+
+
+def mlm_breakdown(config, model_dir: Path, device: str | None, cache: Path) -> dict:
+    """Where a full-Aggretriever query's time goes (torch): backbone, MLM head on the L-1 real
+    rows, §2 math; and the multiply-adds per token of the backbone and of the head, which
+    bound the full/[CLS] ratio from below when both run at the same FLOP rate."""
+    from encoder import representations as R
+    from encoder.backends.onnx_export import base_model_of, mlm_head_of
+
+    encoder = _encoder(model_dir, "aggretriever", "torch", device, cache)
+    model = encoder.backbone.models["query"]
+    base, head, cfg = base_model_of(model), mlm_head_of(model), model.config
+    d, ffn, layers, vocab = cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.vocab_size
+    backbone_macs = layers * (4 * d * d + 2 * d * ffn)  # per token, attention scores aside
+    head_macs = d * d + d * vocab
+    out = {"backbone_macs_per_token": backbone_macs, "head_macs_per_token": head_macs,
+           "flop_bound_ratio": round(1 + head_macs / backbone_macs, 4)}
+    for length in config.query_lengths:
+        ids = torch.tensor([token_items(1, length, seed=length)[0].ids[MODEL_KEY]], device=model.device)
+        mask = torch.ones_like(ids)
+        with torch.inference_mode():
+            hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
+            logits = head(hidden)
+            weights = torch.rand(1, length, device=model.device)
+            timings = interleaved({
+                "backbone_ms": lambda: base(input_ids=ids, attention_mask=mask),
+                "head_ms": lambda: head(hidden[:, 1:]),
+                "math_ms": lambda: R.aggregate_full(R.term_weighted_mlm(logits, weights, mask)),
+            }, repeats=config.encoder_repeats)
+        row = {k: round(t["p50"], 3) for k, t in timings.items()}
+        row["measured_bound_ratio"] = ratio(row["backbone_ms"] + row["head_ms"] + row["math_ms"], row["backbone_ms"])
+        out[f"len{length}"] = row
+    return out
+
+
+def run(config, device: str | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="densehybrid-bench-") as tmp:
+        model_dir = write_random_checkpoint(Path(tmp) / "model", config.encoder_shape)
+        cache = Path(tmp) / "onnx"
+        return {"shape": config.encoder_shape, "threads": torch.get_num_threads(),
+                "query_latency_ms": query_latency(config, model_dir, device, cache),
+                "mlm_breakdown": mlm_breakdown(config, model_dir, device, cache),
+                "passage_throughput": passage_throughput(config, model_dir, device, cache)}

@@ -1,0 +1,230 @@
+"""Service: /search and /encode against a live loopback server vs the same work in process.
+
+The server runs in its own process (``densehybrid serve``) so that the client's
+Python does not share its GIL; ``--quick`` runs it in a thread instead. Each
+concurrency level sends the same ``service_requests`` requests through that many
+concurrent connections; throughput is requests / wall time. Dynamic batching "on"
+is the default batcher (32 texts, 2 ms wait), "off" is one text per forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from benchmarks.checkpoints import write_random_checkpoint
+from benchmarks.timing import ratio, summarize, time_calls
+from encoder.backends.onnx_backend import apply_backend
+from encoder.base import Encoded
+from encoder.loading import load_encoder
+
+log = logging.getLogger(__name__)
+
+WORDS = ("dense sparse hybrid retrieval passage query vector index lexical semantic gate model search rank "
+         "token weight score neural network language corpus document answer question fast exact").split()
+# "on" is the server's default; "on_nowait" batches whatever queued while the previous forward ran
+# (continuous batching: no wait at low load); "off" is one text per forward.
+BATCHING = {"on": {"max_batch_size": 32, "max_wait_ms": 2.0}, "on_nowait": {"max_batch_size": 32, "max_wait_ms": 0.0},
+            "off": {"max_batch_size": 1, "max_wait_ms": 0.0}}
+# the stages an in-process call also runs; everything else in a request's latency is service overhead
+# (HTTP, JSON, validation, the hop to the encoder worker and its queue wait)
+WORK_STAGES = ("tokenize_ms", "encode_ms", "search_ms", "rerank_ms")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def query_texts(count: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, int(rng.integers(5, 10)))) for _ in range(count)]
+
+
+def build_index(root: Path, encoder, docs: int) -> Path:
+    """An index of seeded random rows in the encoder's layout (search cost depends on sizes only)."""
+    from index.build import build_from_arrays
+    from index.store import Document
+
+    spec = encoder.spec
+    rng = np.random.default_rng(5)
+    values = rng.random((docs, spec.dim), dtype=np.float32)
+    gates = rng.integers(0, 40, (docs, spec.gated_dim), dtype=np.uint8) if spec.gated_dim else None
+    documents = [Document(f"D{i}", "", f"passage {i}") for i in range(docs)]
+    return build_from_arrays(root / "index", spec, Encoded(values, gates), documents)
+
+
+def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict:
+    from index.searcher import Searcher
+    from index.store import load_index
+
+    searcher = Searcher(load_index(index_dir))
+    cycle = iter(range(1 << 30))
+
+    def encode():
+        return encoder.encode([texts[next(cycle) % len(texts)]], "query")
+
+    def search():
+        return searcher.search(encode(), k=10)
+    return {"encode_ms": time_calls(encode, repeats=repeats, warmup=3).to_dict(),
+            "search_ms": time_calls(search, repeats=repeats, warmup=3).to_dict()}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server_process(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None,
+                   timeout_s: float = 300.0):
+    port = _free_port()
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--index", str(index_dir), "--port", str(port),
+           "--backend", backend, "--max-batch-size", str(batching["max_batch_size"]),
+           "--max-wait-ms", str(batching["max_wait_ms"]), "--log-level", "WARNING", "--max-request-texts", "64"]
+    if device:
+        cmd += ["--device", device]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with _process(cmd, f"http://127.0.0.1:{port}", env, timeout_s) as url:
+        yield url
+
+
+# the floor under any /search overhead on this machine: the same server stack (uvicorn + FastAPI,
+# JSON in and out) with a handler that does nothing
+NOOP_APP = """
+import sys, uvicorn
+from fastapi import FastAPI
+app = FastAPI()
+@app.get("/ready")
+def ready():
+    return {"ready": True}
+@app.post("/search")
+def search(body: dict):
+    return {"results": [{"id": f"D{i}", "score": 1.0, "rank": i + 1} for i in range(10)],
+            "timing": {"queue_ms": 0.0, "encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0, "total_ms": 0.0}}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+"""
+
+
+@contextlib.contextmanager
+def _process(cmd: list[str], url: str, env: dict, timeout_s: float):
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready in time")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def noop_floor(config, texts: list[str]) -> dict:
+    """/search latency of a do-nothing FastAPI handler in its own process: the HTTP+JSON floor."""
+    port = _free_port()
+    with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as url:
+        return asyncio.run(_drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1))
+
+
+@contextlib.contextmanager
+def server_thread(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None):
+    from service.app import create_app
+    from service.settings import ServiceSettings
+    from service.testing import LiveServer
+
+    settings = ServiceSettings(index=index_dir, backend=backend, device=device, port=0, log_level="WARNING",
+                               max_batch_size=batching["max_batch_size"], max_wait_ms=batching["max_wait_ms"])
+    with LiveServer(create_app(settings)) as server:
+        yield server.url
+
+
+async def _drive(url: str, route: str, bodies: list[dict], concurrency: int) -> dict:
+    latencies: list[float] = []
+    server_total: list[float] = []
+    overhead: list[float] = []  # per request: client latency minus the server's own work stages
+    pending = iter(bodies)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+        async def worker():
+            for body in pending:
+                start = time.perf_counter()
+                reply = await client.post(route, json=body)
+                latency = (time.perf_counter() - start) * 1000.0
+                reply.raise_for_status()
+                timing = reply.json()["timing"]
+                latencies.append(latency)
+                server_total.append(timing["total_ms"])
+                overhead.append(latency - sum(timing.get(stage, 0.0) for stage in WORK_STAGES))
+
+        for body in bodies[:2]:  # warm connections and caches
+            (await client.post(route, json=body)).raise_for_status()
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    t = summarize(latencies)
+    return {"p50_ms": round(t.p50, 3), "p95_ms": round(t.p95, 3), "rps": round(len(bodies) / wall, 2),
+            "server_total_p50_ms": round(float(np.median(server_total)), 3),
+            "overhead_p50_ms": round(float(np.median(overhead)), 3)}
+
+
+def load_levels(url: str, config, texts: list[str]) -> dict:
+    routes = {"/search": [{"query": t, "k": 10} for t in texts],
+              "/encode": [{"texts": [t], "role": "query"} for t in texts]}
+    return {route: {f"c{c}": asyncio.run(_drive(url, route, bodies, c)) for c in config.concurrency}
+            for route, bodies in routes.items()}
+
+
+def run(config, device: str | None) -> dict:
+    texts = query_texts(config.service_requests)
+    with tempfile.TemporaryDirectory(prefix="densehybrid-bench-svc-") as tmp:
+        model_dir = write_random_checkpoint(Path(tmp) / "model", config.encoder_shape)
+        encoder = apply_backend(load_encoder(str(model_dir), kind=config.service_kind, device=device),
+                                config.service_backend, cache_root=Path(tmp) / "onnx")
+        index_dir = build_index(Path(tmp), encoder, config.service_docs)
+        out = {"kind": config.service_kind, "backend": config.service_backend, "docs": config.service_docs,
+               "requests_per_level": len(texts), "server": "thread" if config.service_in_thread else "process",
+               "in_process": in_process(encoder, index_dir, texts, repeats=max(5, min(30, len(texts))))}
+        del encoder
+        if not config.service_in_thread:
+            out["noop_floor_c1"] = noop_floor(config, texts)
+        serve = server_thread if config.service_in_thread else server_process
+        for mode, batching in BATCHING.items():
+            with serve(index_dir, config.service_backend, device, batching, config.threads) as url:
+                out[f"batching_{mode}"] = load_levels(url, config, texts)
+    first, last = f"c{config.concurrency[0]}", f"c{config.concurrency[-1]}"
+    search_c1 = {mode: out[f"batching_{mode}"]["/search"][first] for mode in BATCHING}
+    # per request, same process, same moment: robust to other load on the machine, unlike the
+    # difference of two p50s measured minutes apart
+    out["search_overhead_p50_ms"] = {mode: level["overhead_p50_ms"] for mode, level in search_c1.items()}
+    out["search_http_json_p50_ms"] = {  # client p50 minus the server's own total: HTTP, JSON, framework
+        mode: round(level["p50_ms"] - level["server_total_p50_ms"], 3) for mode, level in search_c1.items()}
+    out["search_in_process_delta_p50_ms"] = {  # the naive comparison, for reference
+        mode: round(level["p50_ms"] - out["in_process"]["search_ms"]["p50"], 3) for mode, level in search_c1.items()}
+    out["search_http_overhead_p50_ms"] = min(out["search_overhead_p50_ms"].values())
+    out["encode_rps_ratio_max_vs_1"] = {mode: ratio(out[f"batching_{mode}"]["/encode"][last]["rps"],
+                                                    out[f"batching_{mode}"]["/encode"][first]["rps"]) for mode in BATCHING}
+    out["encode_rps_batching_over_off_at_max"] = {
+        mode: ratio(out[f"batching_{mode}"]["/encode"][last]["rps"], out["batching_off"]["/encode"][last]["rps"])
+        for mode in ("on", "on_nowait")}
+    return out

@@ -1,0 +1,47 @@
+"""Latency samples -> percentiles. Wall-clock only; every figure is "on this machine"."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Percentiles and mean of ``n`` samples, in milliseconds."""
+
+    p50: float
+    p95: float
+    p99: float
+    mean: float
+    min: float
+    n: int
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def summarize(samples_ms: list[float] | np.ndarray) -> Timing:
+    s = np.asarray(samples_ms, dtype=np.float64)
+    p50, p95, p99 = np.percentile(s, [50, 95, 99])
+    return Timing(float(p50), float(p95), float(p99), float(s.mean()), float(s.min()), int(s.size))
+
+
+def time_calls(fn: Callable[[], object], *, repeats: int, warmup: int = 2) -> Timing:
+    """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000.0)
+    return summarize(samples)
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b rounded, None when b is not positive."""
+    return round(a / b, 4) if b > 0 else None

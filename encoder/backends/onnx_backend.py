@@ -1,0 +1,173 @@
+"""ONNX Runtime as an encoder backend: the same checkpoints, the same §2 math, another runtime.
+
+:func:`use_onnx` exports each transformers model of a loaded encoder once (cached by
+a hash of its weights, see :mod:`encoder.backends.onnx_export`) and swaps the
+encoder's :class:`~encoder.backbone.Backbone` for :class:`OnnxBackbone`, whose
+``forward`` has the same contract but runs ONNX Runtime. Tokenization, pooling,
+heads and the §2 math stay the torch code they were, so the two backends can only
+differ by float rounding: |onnx - torch| <= 1e-5 + 1e-5·|torch| (tested on every kind).
+
+Providers: CPU here; CUDA when ``onnxruntime-gpu`` (the ``gpu`` extra) is installed and
+the encoder's device is a GPU. The MLM head runs only on unpadded rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from encoder.backbone import Backbone
+from encoder.base import ROLES, Encoder, Role
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("torch", "onnx")
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+class OnnxBackendError(RuntimeError):
+    """The ONNX backend cannot run here (missing package or provider, unsupported encoder, no head)."""
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as exc:  # a core dependency, but a broken env deserves the exact fix
+        raise OnnxBackendError("onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu)") from exc
+    return onnxruntime
+
+
+def providers_for(device: str) -> list[str]:
+    """ONNX Runtime providers for a device string ("cpu", "cuda", "cuda:1"), most preferred first."""
+    if device.startswith("cuda"):
+        available = _ort().get_available_providers()
+        if CUDA_PROVIDER not in available:
+            raise OnnxBackendError(f"device {device!r} asks for {CUDA_PROVIDER}, which this onnxruntime lacks "
+                                   f"(has {available}); pip install 'densehybrid[gpu]' (onnxruntime-gpu)")
+        return [CUDA_PROVIDER, CPU_PROVIDER]
+    return [CPU_PROVIDER]
+
+
+def provider_options(device: str) -> list[dict]:
+    if device.startswith("cuda"):
+        return [{"device_id": int(device.split(":", 1)[1]) if ":" in device else 0}, {}]
+    return [{}]
+
+
+class OnnxModel:
+    """One exported model: ``hidden_states`` (backbone) and ``mlm_logits`` (head) sessions."""
+
+    def __init__(self, export_dir: str | Path, *, device: str = "cpu", threads: int | None = None):
+        from encoder.backends.onnx_export import BACKBONE_FILE, HEAD_FILE, read_meta
+
+        ort = _ort()
+        self.export_dir = Path(export_dir)
+        meta = read_meta(self.export_dir)
+        self.hidden_size, self.vocab_size = int(meta["hidden_size"]), int(meta["vocab_size"])
+        self.has_mlm_head = bool(meta["has_mlm_head"])
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        # ORT's idle threads spin by default; on a small CPU they would steal the cores the torch
+        # post-processing (§2 math, heads) runs on right after each forward.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+
+        def session(name: str):
+            return ort.InferenceSession(str(self.export_dir / name), sess_options=options,
+                                        providers=providers_for(device), provider_options=provider_options(device))
+
+        self._backbone = session(BACKBONE_FILE)
+        self._head = session(HEAD_FILE) if self.has_mlm_head else None
+        self.providers = self._backbone.get_providers()
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, L), (B, L) -> (B, L, d) float32 (CPU)."""
+        feeds = {"input_ids": _int64(input_ids), "attention_mask": _int64(attention_mask)}
+        return torch.from_numpy(self._backbone.run(None, feeds)[0])
+
+    def mlm_logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """(N, d) hidden rows -> (N, V) float32 (CPU)."""
+        if self._head is None:
+            raise OnnxBackendError(f"{self.export_dir}: exported without an MLM head")
+        if rows.shape[0] == 0:
+            return torch.zeros(0, self.vocab_size)
+        return torch.from_numpy(self._head.run(None, {"rows": rows.detach().float().cpu().contiguous().numpy()})[0])
+
+    def mlm_logits_at(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, L, d), (B, L) -> (B, L, V) logits at unmasked positions, 0 at padding (never read by §2)."""
+        if bool(mask.all()):
+            return self.mlm_logits(hidden.reshape(-1, hidden.shape[-1])).reshape(*hidden.shape[:2], -1)
+        keep = mask.bool().cpu()
+        logits = torch.zeros(*hidden.shape[:2], self.vocab_size)
+        logits[keep] = self.mlm_logits(hidden.cpu()[keep])
+        return logits
+
+
+def _int64(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().to(torch.int64).contiguous().numpy()
+
+
+class OnnxBackbone(Backbone):
+    """A :class:`Backbone` whose forward runs ONNX Runtime; models and tokenizer kept for saving and config."""
+
+    def __init__(self, torch_backbone: Backbone, runners: dict[Role, OnnxModel]):
+        super().__init__(torch_backbone.models, torch_backbone.tokenizer, torch_backbone.with_mlm)
+        self.runners = runners
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, role: Role) -> tuple[torch.Tensor, torch.Tensor | None]:
+        runner = self.runners[role]
+        hidden = runner.hidden_states(input_ids, mask)
+        logits = runner.mlm_logits_at(hidden, mask) if self.with_mlm else None
+        device = input_ids.device  # CUDA provider outputs come back to the encoder's device
+        return hidden.to(device), None if logits is None else logits.to(device)
+
+
+def _onnx_backbone(backbone: Backbone, device: str, cache_root: Path) -> OnnxBackbone:
+    from encoder.backends.onnx_export import ensure_exported
+
+    by_model: dict[int, OnnxModel] = {}
+    for role in ROLES:  # a tied backbone shares one module, hence one export and one session
+        model = backbone.models[role]
+        if id(model) not in by_model:
+            by_model[id(model)] = OnnxModel(ensure_exported(model.cpu(), cache_root), device=device)
+            model.to(device)
+    return OnnxBackbone(backbone, {role: by_model[id(backbone.models[role])] for role in ROLES})
+
+
+def default_cache_root() -> Path:
+    from encoder.zoo import cache_dir
+
+    return cache_dir() / "onnx"
+
+
+def use_onnx(encoder: Encoder, *, cache_root: str | Path | None = None) -> Encoder:
+    """Switch a loaded transformers encoder (every kind, fusion's two halves too) to ONNX Runtime, in place."""
+    from encoder.encoders import FusionEncoder, TransformerEncoder
+
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    if isinstance(encoder, FusionEncoder):
+        use_onnx(encoder.lexical, cache_root=root)
+        use_onnx(encoder.dense, cache_root=root)
+        return encoder
+    if not isinstance(encoder, TransformerEncoder):
+        raise OnnxBackendError(f"the onnx backend runs transformers encoders, not {type(encoder).__name__}")
+    if not isinstance(encoder.backbone, OnnxBackbone):
+        encoder.backbone = _onnx_backbone(encoder.backbone, encoder.device, root)
+        log.info("encoder %s runs on ONNX Runtime (%s)", encoder.spec.model_id,
+                 ", ".join(encoder.backbone.runners["query"].providers))
+    return encoder
+
+
+def apply_backend(encoder: Encoder, backend: str, *, cache_root: str | Path | None = None) -> Encoder:
+    """The backend switch used by the service and the benchmarks: ``"torch"`` (as loaded) or ``"onnx"``."""
+    if backend == "torch":
+        return encoder
+    if backend == "onnx":
+        return use_onnx(encoder, cache_root=cache_root)
+    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

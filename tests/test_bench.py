@@ -1,0 +1,75 @@
+"""The benchmark runs end to end in --quick mode and writes the documented JSON (no timing asserts)."""
+
+import json
+import math
+
+import pytest
+
+from benchmarks import report
+from benchmarks.cli import config_from, parser
+from benchmarks.targets import TARGETS
+
+
+def numbers(tree):
+    if isinstance(tree, dict):
+        for value in tree.values():
+            yield from numbers(value)
+    elif isinstance(tree, (int, float)) and not isinstance(tree, bool):
+        yield tree
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory):
+    from benchmarks.cli import run_and_report
+
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    run_and_report(config_from(parser().parse_args(["--quick", "--threads", "1"])), out)
+    return json.loads(out.read_text())
+
+
+def test_quick_run_writes_every_section(quick_results):
+    r = quick_results
+    assert {"memory", "search", "encoder", "service", "targets", "machine", "config"} <= set(r)
+    assert r["memory"]["read_gbps_1_thread"] > 0 and r["memory"]["read_gbps_2_threads"] > 0
+    fs = r["search"]["first_stage"]
+    assert fs["rows"] == 20_000 and fs["dim"] == 768
+    for key in ("batch1_ms_1_thread", "batch1_ms_2_threads", "batch1_qps", "batch1_scan_fraction_of_1_thread_bandwidth",
+                "batch16_faiss_default_qps", "batch16_blas_tuned_qps"):
+        assert key in fs
+    assert r["search"]["rerank"]["candidates"] == 2_000
+    assert {"ip_ms", "approx_gip_ms", "approx_over_ip"} <= set(r["search"]["approx_vs_ip"])
+
+
+def test_quick_run_measures_every_encoder_variant_on_both_backends(quick_results):
+    latency = quick_results["encoder"]["query_latency_ms"]
+    for backend in ("torch", "onnx"):
+        for length in ("len12", "len32"):
+            row = latency[backend][length]
+            assert set(row) == {"cls", "aggretriever", "aggretriever_skip_mlm", "dhr"}
+            assert row["cls"]["ratio_to_cls_p50"] == 1.0
+            assert all(t["n"] == 3 and t["p50"] <= t["p99"] for t in row.values())
+    for row in (v for v in quick_results["encoder"]["passage_throughput"].values() if isinstance(v, dict)):
+        assert {"bare_transformers_pps", "torch_pps", "onnx_pps", "torch_over_bare", "onnx_over_bare"} <= set(row)
+
+
+def test_quick_run_drives_a_live_server_with_and_without_batching(quick_results):
+    s = quick_results["service"]
+    for mode in ("batching_on", "batching_on_nowait", "batching_off"):
+        for route in ("/search", "/encode"):
+            for level in ("c1", "c4"):
+                assert {"p50_ms", "p95_ms", "rps", "server_total_p50_ms", "overhead_p50_ms"} <= set(s[mode][route][level])
+    assert "search_ms" in s["in_process"] and "encode_ms" in s["in_process"]
+    assert set(s["search_overhead_p50_ms"]) == set(s["encode_rps_ratio_max_vs_1"]) == {"on", "on_nowait", "off"}
+
+
+def test_every_target_is_evaluated_and_every_number_is_finite(quick_results):
+    assert [t["name"] for t in quick_results["targets"]] == [t.name for t in TARGETS]
+    assert all(t["value"] is not None and t["met"] in (True, False) for t in quick_results["targets"])
+    assert all(math.isfinite(x) for x in numbers(quick_results))
+
+
+def test_table_has_a_row_per_measurement(quick_results):
+    sections = [row[0] for row in report.rows(quick_results)]
+    assert report.markdown(quick_results).count("\n| ") == len(sections) + 1  # header + one line per row
+    for section in ("memory", "first stage", "rerank", "approx GIP", "encoder", "passages", "service", "target"):
+        assert section in sections

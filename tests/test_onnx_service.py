@@ -1,0 +1,51 @@
+"""The per-server backend switch: ``backend=onnx`` serves the same vectors as torch (to 1e-5 of scale)."""
+
+import httpx
+import numpy as np
+import pytest
+
+from benchmarks.checkpoints import write_random_checkpoint
+from encoder.backends.onnx_backend import OnnxBackbone
+from encoder.loading import load_encoder
+from service.app import create_app
+from service.runtime import StartupError, load_components
+from service.settings import ServiceSettings
+from service.testing import LiveServer
+
+TEXTS = ["what is a dense retriever", "gated inner products over densified lexical vectors"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "model", "tiny")
+
+
+def test_onnx_server_encodes_like_torch(tiny_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("DENSEHYBRID_CACHE_DIR", str(tmp_path))  # the export cache goes under the zoo cache
+    settings = ServiceSettings(model=str(tiny_dir), kind="dhr", backend="onnx", device="cpu", port=0, log_json=False)
+    encoder, index = load_components(settings)
+    assert index is None and isinstance(encoder.backbone, OnnxBackbone)
+    expect = load_encoder(str(tiny_dir), kind="dhr", device="cpu").encode(TEXTS, "query")
+    with LiveServer(create_app(settings, encoder=encoder)) as server:
+        reply = httpx.post(server.url + "/encode", json={"texts": TEXTS, "role": "query"}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    vectors = np.asarray(body["vectors"], dtype=np.float32)
+    assert np.abs(vectors - expect.values).max() <= 1e-5 * np.abs(expect.values).max()
+    np.testing.assert_array_equal(np.asarray(body["gates"]), expect.gates)
+
+
+def test_unknown_backend_is_a_settings_error():
+    with pytest.raises(ValueError, match="backend"):
+        ServiceSettings(backend="tensorrt")
+
+
+def test_onnx_backend_failure_is_one_startup_message(tiny_dir, monkeypatch):
+    from encoder.backends import onnx_backend
+
+    def broken(*args, **kwargs):
+        raise onnx_backend.OnnxBackendError("no provider here")
+
+    monkeypatch.setattr(onnx_backend, "use_onnx", broken)
+    with pytest.raises(StartupError, match="on onnx: OnnxBackendError: no provider here"):
+        load_components(ServiceSettings(model=str(tiny_dir), kind="cls", backend="onnx", device="cpu"))
