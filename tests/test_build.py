@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from encoder.backends.fake import FakeEncoder
+from index_helpers import index_files
 from index import shards
 from index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from index.searcher import Searcher
@@ -31,17 +32,6 @@ def write_corpus(path, n, seed=0):
     return path
 
 
-def index_files(directory):
-    """Every file's bytes; the manifest without its creation time."""
-    out = {}
-    for p in sorted(Path(directory).iterdir()):
-        data = p.read_bytes()
-        if p.name == "manifest.json":
-            manifest = json.loads(data)
-            del manifest["created"]
-            data = json.dumps(manifest, sort_keys=True).encode()
-        out[p.name] = data
-    return out
 
 
 def test_round_trip_fake_encoder(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from encoder.backends.fake import FakeEncoder
+from index_helpers import index_files
 from index import shards
 from index.build import BuildOptions, build_index
 from index.store import IndexLoadError, IndexWriteError, load_index
@@ -34,19 +35,6 @@ def write_corpus(path: Path) -> Path:
             f.write(json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(rng.choices(words, k=rng.randint(2, 20)))})
                     + "\n")
     return path
-
-
-def index_files(directory: Path) -> dict[str, bytes]:
-    """Every file's bytes; the manifest without its creation time."""
-    out = {}
-    for p in sorted(directory.iterdir()):
-        data = p.read_bytes()
-        if p.name == "manifest.json":
-            manifest = json.loads(data)
-            del manifest["created"]
-            data = json.dumps(manifest, sort_keys=True).encode()
-        out[p.name] = data
-    return out
 
 
 def run_killer(corpus: Path, root: Path, plan: list[dict]) -> list[dict]:
