@@ -39,6 +39,8 @@ ARG TORCH_INDEX_URL_GPU
 WORKDIR /src
 COPY deploy/install.sh deploy/install.sh
 COPY pyproject.toml README.md ./
+COPY package package
+COPY cli cli
 COPY encoder encoder
 COPY index index
 COPY service service

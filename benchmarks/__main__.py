@@ -1,5 +1,5 @@
-"""``python -m benchmarks [--quick|--full] [--out FILE] [--only SECTION ...]``."""
+"""``python -m densehybrid.bench [--quick|--full] [--out FILE] [--only SECTION ...]``."""
 
-from benchmarks.cli import main
+from densehybrid.bench.cli import main
 
 main()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from encoder import zoo
-from encoder.heads import POOLER, TERM_WEIGHT, LinearHead, save_head
+from densehybrid.encoder import zoo
+from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, LinearHead, save_head
 
 SHAPES = {
     # DistilBERT-base: 6 layers, hidden 768, 12 heads, FFN 3072, V = 30522

@@ -7,11 +7,11 @@ import contextlib
 import logging
 from pathlib import Path
 
-from benchmarks.config import PRESETS, SECTIONS, BenchConfig
+from densehybrid.bench.config import PRESETS, SECTIONS, BenchConfig
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description="densehybrid performance benchmark (DESIGN §8)")
+    p = argparse.ArgumentParser(prog="python -m densehybrid.bench", description="densehybrid performance benchmark (DESIGN §8)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_const", dest="preset", const="quick", help="tiny sizes, seconds (CI)")
     size.add_argument("--full", action="store_const", dest="preset", const="full", help="larger samples")
@@ -55,7 +55,7 @@ def quiet_libraries():
 
 def run_and_report(config: BenchConfig, out: Path | None, markdown: Path | None = None) -> dict:
     with quiet_libraries():  # before the imports: faiss logs its loader attempts at import time
-        from benchmarks import report, runner
+        from densehybrid.bench import report, runner
 
         results = runner.run(config)
     report.print_table(results)

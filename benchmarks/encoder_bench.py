@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.checkpoints import write_random_checkpoint
-from benchmarks.timing import ratio, summarize
-from encoder.backends.onnx_backend import apply_backend
-from encoder.base import TokenizedText
-from encoder.encoders import MODEL_KEY
-from encoder.loading import load_encoder
+from densehybrid.bench.checkpoints import write_random_checkpoint
+from densehybrid.bench.timing import ratio, summarize
+from densehybrid.encoder.backends.onnx_backend import apply_backend
+from densehybrid.encoder.base import TokenizedText
+from densehybrid.encoder.encoders import MODEL_KEY
+from densehybrid.encoder.loading import load_encoder
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _throughput(fn, warm, passages: int, batches: int) -> float:
 
 def _bare_forward(encoder, items: list[TokenizedText]):
     """One transformers forward of the encoder's own network over the whole padded batch."""
-    from encoder.tokenization import pad
+    from densehybrid.encoder.tokenization import pad
 
     model = encoder.backbone.models["passage"]
     input_ids, mask = pad([i.ids[MODEL_KEY] for i in items], encoder.backbone.tokenizer.pad_id, model.device)
@@ -134,8 +134,8 @@ def mlm_breakdown(config, model_dir: Path, device: str | None, cache: Path) -> d
     """Where a full-Aggretriever query's time goes (torch): backbone, MLM head on the L-1 real
     rows, §2 math; and the multiply-adds per token of the backbone and of the head, which
     bound the full/[CLS] ratio from below when both run at the same FLOP rate."""
-    from encoder import representations as R
-    from encoder.backends.onnx_export import base_model_of, mlm_head_of
+    from densehybrid.encoder import representations as R
+    from densehybrid.encoder.backends.onnx_export import base_model_of, mlm_head_of
 
     encoder = _encoder(model_dir, "aggretriever", "torch", device, cache)
     model = encoder.backbone.models["query"]

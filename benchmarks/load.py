@@ -1,6 +1,6 @@
 """Load test of a live server on loopback: saturation, latency under load, shedding, memory over a soak.
 
-``densehybrid loadtest`` (or ``python -m benchmarks.load``) starts a server process on 127.0.0.1 (a
+``densehybrid loadtest`` (or ``python -m densehybrid.bench.load``) starts a server process on 127.0.0.1 (a
 FakeEncoder whose forward takes ``base_ms + per_text_ms * texts`` of sleep, like a device forward
 that releases the GIL, over a small real index; or pass ``--url`` for a server already running),
 then drives ``/search`` with a bounded async httpx client in five phases:
@@ -38,6 +38,8 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from densehybrid.bench.servers import stop_process
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +285,7 @@ async def drive(url: str, config: LoadConfig, server_pid: int | None = None, api
 @contextlib.contextmanager
 def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120) -> Iterator[tuple[str, int]]:
     """A ``serve`` child process on a free loopback port; yields (url, pid) and stops it afterwards."""
-    command = [sys.executable, "-m", "benchmarks.load", "serve", "--workdir", str(workdir),
+    command = [sys.executable, "-m", "densehybrid.bench.load", "serve", "--workdir", str(workdir),
                "--config", json.dumps(asdict(config))]
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
@@ -297,21 +299,16 @@ def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120)
                 raise RuntimeError(f"the load-test server did not start (exit code {proc.poll()})")
         yield line.split()[1], proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_process(proc)
 
 
 def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
     """Child process: build (or reuse) a toy index, serve it on 127.0.0.1:0, print the URL once ready."""
-    from encoder.backends.fake import FakeEncoder
-    from index.store import load_index
-    from service.app import create_app
-    from service.settings import ServiceSettings
-    from service.testing import LiveServer, build_toy_index
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.index.store import load_index
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+    from densehybrid.bench.servers import LiveServer, build_toy_index
 
     class DeviceLikeEncoder(FakeEncoder):
         """Forward time grows with the batch, like a real model; the sleep releases the GIL like a GPU call."""

@@ -10,9 +10,9 @@ import time
 
 import torch
 
-from benchmarks import encoder_bench, memory, search_bench, service_bench
-from benchmarks.config import BenchConfig
-from benchmarks.targets import check_all
+from densehybrid.bench import encoder_bench, memory, search_bench, service_bench
+from densehybrid.bench.config import BenchConfig
+from densehybrid.bench.targets import check_all
 
 log = logging.getLogger(__name__)
 

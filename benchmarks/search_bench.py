@@ -13,9 +13,9 @@ import logging
 import faiss
 import numpy as np
 
-from benchmarks.memory import available_bytes
-from benchmarks.timing import ratio, time_calls
-from index import flat, gip
+from densehybrid.bench.memory import available_bytes
+from densehybrid.bench.timing import ratio, time_calls
+from densehybrid.index import flat, gip
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,11 +22,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.checkpoints import write_random_checkpoint
-from benchmarks.timing import ratio, summarize, time_calls
-from encoder.backends.onnx_backend import apply_backend
-from encoder.base import Encoded
-from encoder.loading import load_encoder
+from densehybrid.bench.checkpoints import write_random_checkpoint
+from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.timing import ratio, summarize, time_calls
+from densehybrid.encoder.backends.onnx_backend import apply_backend
+from densehybrid.encoder.base import Encoded
+from densehybrid.encoder.loading import load_encoder
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ BATCHING = {"on": {"max_batch_size": 32, "max_wait_ms": 2.0}, "on_nowait": {"max
 # the stages an in-process call also runs; everything else in a request's latency is service overhead
 # (HTTP, JSON, validation, the hop to the encoder worker and its queue wait)
 WORK_STAGES = ("tokenize_ms", "encode_ms", "search_ms", "rerank_ms")
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def query_texts(count: int, seed: int = 0) -> list[str]:
@@ -50,8 +49,8 @@ def query_texts(count: int, seed: int = 0) -> list[str]:
 
 def build_index(root: Path, encoder, docs: int) -> Path:
     """An index of seeded random rows in the encoder's layout (search cost depends on sizes only)."""
-    from index.build import build_from_arrays
-    from index.store import Document
+    from densehybrid.index.build import build_from_arrays
+    from densehybrid.index.store import Document
 
     spec = encoder.spec
     rng = np.random.default_rng(5)
@@ -62,8 +61,8 @@ def build_index(root: Path, encoder, docs: int) -> Path:
 
 
 def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict:
-    from index.searcher import Searcher
-    from index.store import load_index
+    from densehybrid.index.searcher import Searcher
+    from densehybrid.index.store import load_index
 
     searcher = Searcher(load_index(index_dir))
     cycle = iter(range(1 << 30))
@@ -77,22 +76,16 @@ def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict
             "search_ms": time_calls(search, repeats=repeats, warmup=3).to_dict()}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def server_process(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None,
                    timeout_s: float = 300.0):
-    port = _free_port()
-    cmd = [sys.executable, "-m", "service.cli", "serve", "--index", str(index_dir), "--port", str(port),
+    port = free_port()
+    cmd = [sys.executable, "-m", "densehybrid", "serve", "--index", str(index_dir), "--port", str(port),
            "--backend", backend, "--max-batch-size", str(batching["max_batch_size"]),
            "--max-wait-ms", str(batching["max_wait_ms"]), "--log-level", "WARNING", "--max-request-texts", "64"]
     if device:
         cmd += ["--device", device]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     with _process(cmd, f"http://127.0.0.1:{port}", env, timeout_s) as url:
@@ -132,26 +125,21 @@ def _process(cmd: list[str], url: str, env: dict, timeout_s: float):
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def noop_floor(config, texts: list[str]) -> dict:
     """/search latency of a do-nothing FastAPI handler in its own process: the HTTP+JSON floor."""
-    port = _free_port()
+    port = free_port()
     with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as url:
         return asyncio.run(_drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1))
 
 
 @contextlib.contextmanager
 def server_thread(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None):
-    from service.app import create_app
-    from service.settings import ServiceSettings
-    from service.testing import LiveServer
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+    from densehybrid.bench.servers import LiveServer
 
     settings = ServiceSettings(index=index_dir, backend=backend, device=device, port=0, log_level="WARNING",
                                max_batch_size=batching["max_batch_size"], max_wait_ms=batching["max_wait_ms"])

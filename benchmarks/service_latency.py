@@ -5,7 +5,7 @@ port, drives it with a bounded number of requests from asyncio httpx clients,
 prints p50/p95/p99 per route and concurrency, and the encoder batch sizes read
 back from ``/metrics``. Stops the server at the end.
 
-    PYTHONPATH=. python -m benchmarks.service_latency --index ~/.cache/densehybrid/demo/index
+    python -m densehybrid.bench.service_latency --index ~/.cache/densehybrid/demo/index
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,20 +22,16 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from densehybrid.bench.servers import free_port, stop_process
+
 QUERIES = ["parse command line arguments", "read a csv file", "send an email message", "compress data with zlib",
            "regular expression matching", "start a thread pool", "format a date and time", "open a network socket",
            "serialize objects to json", "compute a hash digest", "walk a directory tree", "sort a list in place"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(index: Path, port: int, extra: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--index", str(index), "--port", str(port),
+    env = dict(os.environ)
+    return subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", "--index", str(index), "--port", str(port),
                              "--log-level", "WARNING", *extra], env=env)
 
 
@@ -93,7 +88,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for serve (repeat)")
     args = parser.parse_args()
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_server(args.index, port, args.server_arg)
     try:
@@ -113,8 +108,7 @@ def main() -> None:
                 print(f"{route:8} {concurrency:>4} {len(lat):>5} {p50:>8.1f} {p95:>8.1f} {p99:>8.1f} "
                       f"{len(lat) / elapsed:>7.1f} {forwards:>8.0f} {texts / max(forwards, 1):>10.2f} {after[2]:>12}")
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop_process(proc, timeout_s=60)
 
 
 if __name__ == "__main__":

@@ -43,18 +43,9 @@ else
     pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
 
-if [ "$variant" = cpu ]; then
-    pip install "$src"
-else
-    pip install "${src}[gpu]"
-    # faiss-cpu/faiss-gpu-cu12 and onnxruntime/onnxruntime-gpu install the same
-    # import packages (faiss, onnxruntime); whichever lands last wins. Remove the
-    # CPU twins and reinstall the GPU builds so their files are the ones left.
-    gpu_builds=$(pip freeze | grep -E '^(faiss-gpu-cu12|onnxruntime-gpu)==')
-    pip uninstall -y faiss-cpu onnxruntime
-    # shellcheck disable=SC2086  # one requirement per word
-    pip install --no-deps --force-reinstall $gpu_builds
-fi
+# The [cpu] and [gpu] extras exclude each other (each brings its own onnxruntime build).
+pip install "${src}[${variant}]"
+"$venv/bin/python" -m pip check
 
 # Fail the build, not the first request, if the wrong torch build slipped in.
 "$venv/bin/python" - "$variant" <<'PY'

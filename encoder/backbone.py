@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from encoder.base import Role
-from encoder.tokenization import RoleTokenizer
+from densehybrid.encoder.base import Role
+from densehybrid.encoder.tokenization import RoleTokenizer
 
 
 @dataclass

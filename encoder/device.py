@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from encoder.errors import DeviceError
+from densehybrid.encoder.errors import DeviceError
 
 log = logging.getLogger(__name__)
 

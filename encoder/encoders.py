@@ -21,12 +21,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from encoder import representations as R
-from encoder.backbone import Backbone
-from encoder.base import Encoded, Encoder, EncoderSpec, Role, TokenizedText
-from encoder.device import autocast
-from encoder.heads import LinearHead
-from encoder.tokenization import length_chunks, pad
+from densehybrid.encoder import representations as R
+from densehybrid.encoder.backbone import Backbone
+from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec, Role, TokenizedText
+from densehybrid.encoder.device import autocast
+from densehybrid.encoder.heads import LinearHead
+from densehybrid.encoder.tokenization import length_chunks, pad
 
 MODEL_KEY = "model"
 # padded tokens per forward. The MLM path materialises a few (tokens x V) float32

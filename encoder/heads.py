@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from encoder.base import Role
-from encoder.errors import ModelDirError
+from densehybrid.encoder.base import Role
+from densehybrid.encoder.errors import ModelDirError
 
 _CONFIG_KEYS = {"input_dim", "output_dim", "tied"}
 

@@ -21,18 +21,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from encoder import zoo
-from encoder.backbone import Backbone
-from encoder.base import GATED_KINDS, KINDS, Encoder, EncoderSpec
-from encoder.device import pick_device
-from encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
-from encoder.errors import ModelDirError
-from encoder.heads import POOLER, TERM_WEIGHT, head_exists, load_head, save_head
-from encoder.model_dir import (
+from densehybrid.encoder import zoo
+from densehybrid.encoder.backbone import Backbone
+from densehybrid.encoder.base import GATED_KINDS, KINDS, Encoder, EncoderSpec
+from densehybrid.encoder.device import pick_device
+from densehybrid.encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
+from densehybrid.encoder.errors import ModelDirError
+from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, head_exists, load_head, save_head
+from densehybrid.encoder.model_dir import (
     PASSAGE_DIR, QUERY_DIR, ModelDir, ModelSettings, load_tokenizer, load_transformer, locate, open_model_dir,
     save_transformer, weights_hash, write_settings,
 )
-from encoder.tokenization import RoleTokenizer
+from densehybrid.encoder.tokenization import RoleTokenizer
 
 log = logging.getLogger(__name__)
 

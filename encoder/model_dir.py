@@ -27,9 +27,9 @@ from pathlib import Path
 
 from torch import nn
 
-from encoder import zoo
-from encoder.base import KINDS
-from encoder.errors import ModelDirError
+from densehybrid.encoder import zoo
+from densehybrid.encoder.base import KINDS
+from densehybrid.encoder.errors import ModelDirError
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from encoder.heads import POOLER, TERM_WEIGHT, LinearHead, save_head
-from encoder.model_dir import PASSAGE_DIR, QUERY_DIR, save_transformer
+from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, LinearHead, save_head
+from densehybrid.encoder.model_dir import PASSAGE_DIR, QUERY_DIR, save_transformer
 
 _WORDS = (
     "the of and to in is was for on that with as by it at from his an were are which this be has had or "

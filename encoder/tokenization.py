@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from tokenizers import Tokenizer
 
-from encoder.base import Role
+from densehybrid.encoder.base import Role
 
 
 class RoleTokenizer:

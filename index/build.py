@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoder.base import Encoded, Encoder, EncoderSpec
-from index import flat, lambda_auto, shards, store
-from index.store import Document, IndexWriteError
+from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec
+from densehybrid.index import flat, lambda_auto, shards, store
+from densehybrid.index.store import Document, IndexWriteError
 
 log = logging.getLogger(__name__)
 

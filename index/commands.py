@@ -1,6 +1,6 @@
 """What the ``index build``, ``search`` and ``eval`` commands do, without the printing.
 
-The CLI (``service/cli.py``) parses flags and prints; these functions load,
+The CLI (``cli/index_commands.py``) parses flags and prints; these functions load,
 encode, search and measure, so that tests and scripts can call them directly.
 """
 
@@ -11,26 +11,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder.backends.fake import FakeEncoder
-from encoder.base import KINDS, Encoder, EncoderSpec
-from index import evaluate
-from index.searcher import Searcher, SearchResults
-from index.store import IndexFiles, check_compatible
+from densehybrid.encoder.base import Encoder, EncoderSpec
+from densehybrid.index import evaluate
+from densehybrid.index.searcher import Searcher, SearchResults
+from densehybrid.index.store import IndexFiles, check_compatible
 
 log = logging.getLogger(__name__)
 
-# "fake:KIND" on a command line; "fake-KIND" is the model id a FakeEncoder records in an index
-FAKE_PREFIXES = ("fake:", "fake-")
-
-
 def load_model(model: str, load_kwargs: dict) -> Encoder:
-    """``fake:KIND`` -> the deterministic weightless FakeEncoder (tests, demos); else ``load_encoder``."""
-    if model.startswith(FAKE_PREFIXES):
-        kind = model[len("fake:"):]
-        if kind not in KINDS:
-            raise ValueError(f"unknown fake kind {kind!r}; one of {', '.join(KINDS)}")
-        return FakeEncoder(kind, lam=load_kwargs.get("lam") or 1.0)
-    from encoder.loading import load_encoder
+    """The one place the commands load a model (tests swap it for a fake encoder with a fixture)."""
+    from densehybrid.encoder.loading import load_encoder
 
     return load_encoder(model, **load_kwargs)
 

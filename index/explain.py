@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from encoder import representations as R
-from encoder.base import SCALED_KINDS, Encoded, EncoderSpec
-from index.store import IndexFiles
+from densehybrid.encoder import representations as R
+from densehybrid.encoder.base import SCALED_KINDS, Encoded, EncoderSpec
+from densehybrid.index.store import IndexFiles
 
 
 @dataclass(frozen=True)

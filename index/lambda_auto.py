@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from encoder.base import SCALED_KINDS, Encoder
-from index import gip
+from densehybrid.encoder.base import SCALED_KINDS, Encoder
+from densehybrid.index import gip
 
 log = logging.getLogger(__name__)
 

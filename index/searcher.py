@@ -16,9 +16,9 @@ from typing import Literal
 
 import numpy as np
 
-from encoder.base import SCALED_KINDS, Encoded
-from index import flat, gip
-from index.store import IndexFiles, IndexMismatchError
+from densehybrid.encoder.base import SCALED_KINDS, Encoded
+from densehybrid.index import flat, gip
+from densehybrid.index.store import IndexFiles, IndexMismatchError
 
 log = logging.getLogger(__name__)
 

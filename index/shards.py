@@ -22,8 +22,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from index import flat
-from index.store import GATES, VALUES, Document, IndexWriteError, write_doc_ids, write_docs, write_faiss
+from densehybrid.index import flat
+from densehybrid.index.store import GATES, VALUES, Document, IndexWriteError, write_doc_ids, write_docs, write_faiss
 
 STATE = "build.json"
 _SHARD_NAME = re.compile(r"^\d{5}$")

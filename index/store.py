@@ -33,7 +33,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from encoder.base import EncoderSpec
+from densehybrid.encoder.base import EncoderSpec
 
 log = logging.getLogger(__name__)
 

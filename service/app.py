@@ -16,13 +16,13 @@ import logging
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from encoder.base import Encoder
-from service.errors import install_error_handlers
-from service.metrics import ServiceMetrics
-from service.middleware import ServiceMiddleware
-from service.routes import build_router
-from service.runtime import Runtime, load_components
-from service.settings import ServiceSettings, log_effective
+from densehybrid.encoder.base import Encoder
+from densehybrid.service.errors import install_error_handlers
+from densehybrid.service.metrics import ServiceMetrics
+from densehybrid.service.middleware import ServiceMiddleware
+from densehybrid.service.routes import build_router
+from densehybrid.service.runtime import Runtime, load_components
+from densehybrid.service.settings import ServiceSettings, log_effective
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from encoder.base import Encoded, Encoder, Role, TokenizedText
-from service.errors import EncoderFailed, EncoderTimeout, NotReady, QueueFull
+from densehybrid.encoder.base import Encoded, Encoder, Role, TokenizedText
+from densehybrid.service.errors import EncoderFailed, EncoderTimeout, NotReady, QueueFull
 
 log = logging.getLogger(__name__)
 

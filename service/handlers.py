@@ -16,12 +16,12 @@ import time
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from encoder.base import Encoded, Role, TokenizedText
-from index.searcher import SearchError
-from service.batcher import EncodeOutcome
-from service.errors import ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed
-from service.runtime import Runtime
-from service.search_batcher import SearchParams
+from densehybrid.encoder.base import Encoded, Role, TokenizedText
+from densehybrid.index.searcher import SearchError
+from densehybrid.service.batcher import EncodeOutcome
+from densehybrid.service.errors import ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed
+from densehybrid.service.runtime import Runtime
+from densehybrid.service.search_batcher import SearchParams
 
 TRUNCATION_NOTE = "texts longer than the role's max length are truncated to it, not rejected"
 
@@ -94,7 +94,7 @@ async def encode(rt: Runtime, request: Request, texts: list[str], role: Role) ->
 
 # -- /search -------------------------------------------------------------------
 def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
-    from index.explain import explain
+    from densehybrid.index.explain import explain
 
     found = explain(query, rt.index, row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
     terms = [{"token_id": t.token_id, "term": rt.encoder.term(t.token_id), "query_weight": t.query_weight,

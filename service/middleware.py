@@ -16,9 +16,9 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import logging as service_logging
-from service.errors import PayloadTooLarge, Unauthorized, service_error_response
-from service.metrics import ServiceMetrics
+from densehybrid.service import logging as service_logging
+from densehybrid.service.errors import PayloadTooLarge, Unauthorized, service_error_response
+from densehybrid.service.metrics import ServiceMetrics
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")

@@ -4,10 +4,10 @@
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 
-from service import handlers
-from service.metrics import CONTENT_TYPE
-from service.runtime import Runtime
-from service.schemas import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready, SearchResponse,
+from densehybrid.service import handlers
+from densehybrid.service.metrics import CONTENT_TYPE
+from densehybrid.service.runtime import Runtime
+from densehybrid.service.schemas import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready, SearchResponse,
                              request_models)
 
 _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {

@@ -15,11 +15,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from encoder.base import Encoder
-from service.batcher import Batcher
-from service.metrics import ServiceMetrics
-from service.search_batcher import SearchBatcher
-from service.settings import ServiceSettings
+from densehybrid.encoder.base import Encoder
+from densehybrid.service.batcher import Batcher
+from densehybrid.service.metrics import ServiceMetrics
+from densehybrid.service.search_batcher import SearchBatcher
+from densehybrid.service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
     encoder = _load_encoder(settings, index)
     if index is not None:
-        from index.store import IndexStoreError, check_compatible
+        from densehybrid.index.store import IndexStoreError, check_compatible
 
         try:
             check_compatible(index.spec, encoder.spec)
@@ -47,7 +47,7 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
 
 
 def _load_index(settings: ServiceSettings):
-    from index.store import IndexStoreError, load_index
+    from densehybrid.index.store import IndexStoreError, load_index
 
     try:
         index = load_index(settings.index)
@@ -58,7 +58,7 @@ def _load_index(settings: ServiceSettings):
 
 
 def _load_encoder(settings: ServiceSettings, index) -> Encoder:
-    from encoder.loading import load_encoder
+    from densehybrid.encoder.loading import load_encoder
 
     options: dict[str, Any] = {"device": settings.device}
     if index is not None:  # rebuild the encoder the index was built with
@@ -77,7 +77,7 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
         raise StartupError(f"cannot load model {model!r}: {type(exc).__name__}: {exc}") from exc
     if settings.backend != "torch":  # ONNX Runtime over the same checkpoints (issue 6)
-        from encoder.backends.onnx_backend import apply_backend
+        from densehybrid.encoder.backends.onnx_backend import apply_backend
 
         try:
             encoder = apply_backend(encoder, settings.backend)
@@ -113,7 +113,7 @@ class Runtime:
 
     @staticmethod
     def _make_searcher(index, encoder: Encoder):
-        from index.searcher import Searcher
+        from densehybrid.index.searcher import Searcher
 
         return Searcher(index, device=encoder.device)
 

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Le
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
 
-from service.settings import Limits
+from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
 # The class spells out the union of what Python, Rust (pydantic-core) and ECMAScript (OpenAPI

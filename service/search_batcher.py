@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
-from encoder.base import Encoded
+from densehybrid.encoder.base import Encoded
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import logging
 
 import uvicorn
 
-from service import logging as service_logging
-from service.app import create_app
-from service.runtime import StartupError, load_components
-from service.settings import ServiceSettings
+from densehybrid.service import logging as service_logging
+from densehybrid.service.app import create_app
+from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 

@@ -15,33 +15,52 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture
+def fake_models(monkeypatch):
+    """The test-only switch: ``--model fake:KIND`` loads the deterministic FakeEncoder.
+
+    Production code has no such model id; without this fixture ``fake:KIND`` is an unknown model.
+    """
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.index import commands
+
+    real_load = commands.load_model
+
+    def load(model: str, load_kwargs: dict):
+        if model.startswith(("fake:", "fake-")):
+            return FakeEncoder(model[len("fake:"):], lam=load_kwargs.get("lam") or 1.0)
+        return real_load(model, load_kwargs)
+
+    monkeypatch.setattr(commands, "load_model", load)
+
+
 @pytest.fixture(scope="session")
 def splade_tiny_dir():
-    from encoder import zoo
+    from densehybrid.encoder import zoo
     return zoo.fetch("splade-tiny")
 
 
 @pytest.fixture(scope="session")
 def minilm_dir():
-    from encoder import zoo
+    from densehybrid.encoder import zoo
     return zoo.fetch("minilm")
 
 
 # -- tiny random checkpoints in the published castorini format (encoder tests) --
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory):
-    from encoder.random_checkpoint import write_random_checkpoint
+    from densehybrid.encoder.random_checkpoint import write_random_checkpoint
     return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "bert", arch="bert", seed=1)
 
 
 @pytest.fixture(scope="session")
 def tiny_distilbert_dir(tmp_path_factory):
-    from encoder.random_checkpoint import write_random_checkpoint
+    from densehybrid.encoder.random_checkpoint import write_random_checkpoint
     return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "distilbert", arch="distilbert", seed=2)
 
 
 @pytest.fixture(scope="session")
 def tiny_untied_dir(tmp_path_factory):
-    from encoder.random_checkpoint import write_random_checkpoint
+    from densehybrid.encoder.random_checkpoint import write_random_checkpoint
     return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "untied", arch="bert", untied=True,
                                    tied_heads=False, seed=3)

@@ -11,11 +11,11 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
-from encoder.backends.fake import FakeEncoder
-from index.store import load_index
-from service.app import create_app
-from service.settings import ServiceSettings
-from service.testing import LiveServer, build_toy_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index.store import load_index
+from densehybrid.service.app import create_app
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer, build_toy_index
 
 EXAMPLES = 40
 

@@ -6,9 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from encoder.backends.fake import FakeEncoder
-from service.batcher import Batcher
-from service.errors import EncoderFailed, NotReady, QueueFull
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.service.batcher import Batcher
+from densehybrid.service.errors import EncoderFailed, NotReady, QueueFull
 
 TEXTS = [f"query number {i} about " + " ".join(f"w{j}" for j in range(i % 7 + 1)) for i in range(32)]
 

@@ -7,11 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from encoder.backends.fake import FakeEncoder
-from index.searcher import Searcher
-from index.store import load_index
-from service.search_batcher import SearchBatcher, SearchParams
-from service.testing import TOPICS, build_toy_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index.searcher import Searcher
+from densehybrid.index.store import load_index
+from densehybrid.service.search_batcher import SearchBatcher, SearchParams
+from densehybrid.bench.servers import TOPICS, build_toy_index
 
 
 class SlowSearcher:

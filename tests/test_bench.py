@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from benchmarks import report
-from benchmarks.cli import config_from, parser
-from benchmarks.targets import TARGETS
+from densehybrid.bench import report
+from densehybrid.bench.cli import config_from, parser
+from densehybrid.bench.targets import TARGETS
 
 
 def numbers(tree):
@@ -20,7 +20,7 @@ def numbers(tree):
 
 @pytest.fixture(scope="module")
 def quick_results(tmp_path_factory):
-    from benchmarks.cli import run_and_report
+    from densehybrid.bench.cli import run_and_report
 
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     run_and_report(config_from(parser().parse_args(["--quick", "--threads", "1"])), out)

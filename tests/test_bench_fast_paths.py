@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from encoder import representations as R
-from index import gip
+from densehybrid.encoder import representations as R
+from densehybrid.index import gip
 
 
 def numpy_term_weighted(logits, w, mask):

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from encoder.backends.fake import FakeEncoder
+from densehybrid.bench.fake_encoder import FakeEncoder
 from index_helpers import index_files
-from index import shards
-from index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
-from index.searcher import Searcher
-from index.store import IndexWriteError, load_index
+from densehybrid.index import shards
+from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
+from densehybrid.index.searcher import Searcher
+from densehybrid.index.store import IndexWriteError, load_index
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(400)]
@@ -76,8 +76,8 @@ def test_auto_lambda_is_recorded(tmp_path):
 
 BUILD_SCRIPT = """
 import sys
-from encoder.backends.fake import FakeEncoder
-from index.build import BuildOptions, build_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index.build import BuildOptions, build_index
 build_index(FakeEncoder("fusion", delay_s=0.05), sys.argv[1], sys.argv[2],
             BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True))
 """
@@ -146,8 +146,8 @@ def test_duplicate_ids_are_refused(tmp_path):
         build_index(FakeEncoder("cls"), corpus, tmp_path / "ix", BuildOptions(progress=False))
 
 
-def test_cli_build_search_eval_with_fake_model(tmp_path):
-    from service.cli import app
+def test_cli_build_search_eval_with_fake_model(tmp_path, fake_models):
+    from densehybrid.cli.main import app
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", 40)
     docs = list(read_corpus(corpus))
@@ -185,8 +185,8 @@ def test_progress_is_reported_per_batch():
 
 @pytest.mark.parametrize("flag,method", [(["--lambda", "auto"], "auto-margin"), (["--lambda", "2.5"], "fixed"),
                                          (["--auto-lambda"], "auto-margin")])
-def test_cli_lambda_number_or_auto(tmp_path, flag, method):
-    from service.cli import app
+def test_cli_lambda_number_or_auto(tmp_path, flag, method, fake_models):
+    from densehybrid.cli.main import app
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
     built = CliRunner().invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
@@ -198,10 +198,22 @@ def test_cli_lambda_number_or_auto(tmp_path, flag, method):
         assert manifest["lam"] == 2.5
 
 
-def test_cli_lambda_rejects_words_other_than_auto(tmp_path):
-    from service.cli import app
+def test_cli_lambda_rejects_words_other_than_auto(tmp_path, fake_models):
+    from densehybrid.cli.main import app
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", 3)
     built = CliRunner().invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
                                      "--out", str(tmp_path / "ix"), "--lambda", "nope"])
     assert built.exit_code == 2 and "neither a number nor 'auto'" in built.output
+
+
+def test_fake_model_ids_are_unknown_models_in_production(tmp_path):
+    """Without the test fixture, ``fake:KIND`` is an ordinary unknown model: exit 2, one sentence."""
+    from densehybrid.cli.main import app
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 3)
+    built = CliRunner().invoke(app, ["index", "build", "--model", "fake:dhr", "--corpus", str(corpus),
+                                     "--out", str(tmp_path / "ix"), "--no-progress"])
+    assert built.exit_code == 2, built.output
+    assert "fake:dhr" in built.output and "Traceback" not in built.output
+    assert not (tmp_path / "ix").exists()

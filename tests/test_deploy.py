@@ -338,7 +338,7 @@ def test_dashboard_and_alerts_use_only_contract_names():
 
 # ------------------------------------------------------ against the live service
 def _small_index(encoder, directory: Path) -> Path:
-    from index.build import BuildOptions, build_index
+    from densehybrid.index.build import BuildOptions, build_index
 
     topics = ["dense retrieval", "lexical matching", "gated inner product", "faiss flat index", "query latency"]
     corpus = directory / "corpus.jsonl"
@@ -352,11 +352,11 @@ def live_exposition(tmp_path_factory) -> str:
     """/metrics of a live server (fake encoder, small real index) after search, encode and a rejected call."""
     import httpx
 
-    from encoder.backends.fake import FakeEncoder
-    from index.store import load_index
-    from service.app import create_app
-    from service.settings import ServiceSettings
-    from service.testing import LiveServer
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.index.store import load_index
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+    from densehybrid.bench.servers import LiveServer
 
     encoder = FakeEncoder("dhr")
     index_dir = _small_index(encoder, tmp_path_factory.mktemp("index"))

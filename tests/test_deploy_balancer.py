@@ -105,10 +105,10 @@ def test_nginx_spreads_over_replicas_and_skips_a_dead_one(tmp_path):
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("nginx missing: deploy/ci/install-validators.sh installs it")
         pytest.skip("nginx not installed (deploy/ci/install-validators.sh)")
-    from encoder.backends.fake import FakeEncoder
-    from service.app import create_app
-    from service.settings import ServiceSettings
-    from service.testing import LiveServer
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+    from densehybrid.bench.servers import LiveServer
 
     replica_port, listen_port = free_port(*REPLICA_HOSTS), free_port("127.0.0.1")
     replicas = [LiveServer(create_app(ServiceSettings(model="fake", log_json=False), encoder=FakeEncoder("cls")),

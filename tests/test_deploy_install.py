@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from encoder import zoo
+from densehybrid.encoder import zoo
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.realmodel]
@@ -80,11 +80,16 @@ def test_install_sh_rejects_an_unknown_variant(tmp_path):
 
 
 def test_the_installed_package_comes_from_the_venv(installed, tmp_path):
-    code = "import service, encoder, index; print(service.__file__, encoder.__file__, index.__file__)"
+    code = ("import densehybrid.service as s, densehybrid.encoder as e, densehybrid.index as i; "
+            "print(s.__file__, e.__file__, i.__file__)")
     proc = subprocess.run([str(installed / "bin/python"), "-c", code], cwd=tmp_path, env=clean_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert all(path.startswith(str(installed)) for path in proc.stdout.split()), proc.stdout
+    for generic in ("service", "encoder", "index", "benchmarks"):  # nothing generic lands in site-packages
+        absent = subprocess.run([str(installed / "bin/python"), "-c", f"import {generic}"], cwd=tmp_path,
+                                env=clean_env(), capture_output=True, text=True, timeout=120)
+        assert absent.returncode != 0, generic
 
 
 def run_setup(installed: Path, tmp_path: Path, corpus: Path, index_dir: Path) -> subprocess.CompletedProcess:

@@ -74,7 +74,7 @@ def panel_queries() -> list[tuple[str, str]]:
 
 
 def small_index(encoder, directory: Path) -> Path:
-    from index.build import BuildOptions, build_index
+    from densehybrid.index.build import BuildOptions, build_index
 
     corpus = directory / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"D{i}", "title": "", "text": f"{t} passage {i}"}) + "\n"
@@ -98,11 +98,11 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("prometheus missing: deploy/ci/install-validators.sh unpacks it next to promtool")
         pytest.skip("prometheus not installed (deploy/ci/install-validators.sh)")
-    from encoder.backends.fake import FakeEncoder
-    from index.store import load_index
-    from service.app import create_app
-    from service.settings import ServiceSettings
-    from service.testing import LiveServer
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.index.store import load_index
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+    from densehybrid.bench.servers import LiveServer
 
     encoder = FakeEncoder("dhr")
     index_dir = small_index(encoder, tmp_path)

@@ -88,7 +88,7 @@ def queued_texts(url: str) -> float:
 
 def start_server_as_pid1(port: int, log_path: Path) -> subprocess.Popen:
     """``unshare`` (the returned process) forks the server as PID 1 of a new PID namespace and exits with its code."""
-    cmd = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "service.cli", "serve", "--model", "splade-tiny", "--device", "cpu",
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "densehybrid", "serve", "--model", "splade-tiny", "--device", "cpu",
            "--host", "127.0.0.1", "--port", str(port), "--max-wait-ms", "1000", "--log-plain"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log_path, "wb") as log:

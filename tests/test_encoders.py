@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from encoder import representations as R
-from encoder.base import Encoder
-from encoder.encoders import FusionEncoder, TransformerEncoder
-from encoder.errors import DeviceError, ModelDirError
-from encoder.heads import POOLER, TERM_WEIGHT, load_head
-from encoder.loading import load_encoder, save_encoder
-from encoder.device import autocast, pick_device, set_cpu_threads
-from encoder.tokenization import length_chunks
+from densehybrid.encoder import representations as R
+from densehybrid.encoder.base import Encoder
+from densehybrid.encoder.encoders import FusionEncoder, TransformerEncoder
+from densehybrid.encoder.errors import DeviceError, ModelDirError
+from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, load_head
+from densehybrid.encoder.loading import load_encoder, save_encoder
+from densehybrid.encoder.device import autocast, pick_device, set_cpu_threads
+from densehybrid.encoder.tokenization import length_chunks
 
 V = 30522
 SHORT = "what is a dense retriever"

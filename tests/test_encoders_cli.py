@@ -7,8 +7,8 @@ import json
 import numpy as np
 from typer.testing import CliRunner
 
-from encoder.loading import load_encoder
-from service.cli import app
+from densehybrid.encoder.loading import load_encoder
+from densehybrid.cli.main import app
 
 TEXTS = ["what is a dense retriever", "", "the cat sat on the mat"]
 

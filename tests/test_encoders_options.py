@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from encoder.loading import load_encoder
-from service.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.encoder.loading import load_encoder
+from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 
 
 def _app(seen: list) -> typer.Typer:

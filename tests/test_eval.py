@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from index import evaluate
+from densehybrid.index import evaluate
 
 
 def write(path, text):

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from encoder.backends.fake import FakeEncoder
-from index.store import load_index
-from service.app import create_app
-from service.settings import ServiceSettings
-from service.testing import LiveServer, build_toy_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index.store import load_index
+from densehybrid.service.app import create_app
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer, build_toy_index
 
 MAX_K, MAX_TEXTS = 50, 8
 # Unicode White_Space: what the schemas' "\S" (a Rust regex in pydantic-core) does not count as content
@@ -67,7 +67,7 @@ def test_fake_encoder_takes_any_unicode(texts, role, kind):
 
 @pytest.fixture(scope="module")
 def tiny_encoder(tiny_bert_dir):
-    from encoder.loading import load_encoder
+    from densehybrid.encoder.loading import load_encoder
 
     return load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu", max_query_length=32, max_passage_length=64)
 

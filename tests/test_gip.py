@@ -1,9 +1,9 @@
-"""index.gip against independent numpy brute force on seeded random data."""
+"""densehybrid.index.gip against independent numpy brute force on seeded random data."""
 
 import numpy as np
 import pytest
 
-from index import gip
+from densehybrid.index import gip
 
 
 def random_rows(n, dim, gated, *, seed, gate_values=3, dtype=np.float16):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from encoder.backends.fake import FakeEncoder
-from index import lambda_auto
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index import lambda_auto
 
 
 def test_margin_ratio_against_hand_computation():

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from index import commands, gip
-from index.build import BuildOptions, build_index
-from index.searcher import Searcher
-from index.store import load_index
+from densehybrid.index import commands, gip
+from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.searcher import Searcher
+from densehybrid.index.store import load_index
 
 PASSAGES = {
     "tides": "Ocean tides are caused by the gravitational pull of the moon and the sun on the oceans.",
@@ -76,7 +76,7 @@ def test_offline_models_find_the_right_passage(tmp_path, corpus, name, model, kw
 
 @pytest.mark.realmodel
 def test_cli_search_uses_the_model_the_index_records(tmp_path, corpus, splade_tiny_dir, minilm_dir):
-    from service.cli import app
+    from densehybrid.cli.main import app
 
     build_real(tmp_path, corpus, "fusion", "splade-tiny", kind="fusion", dense_model="minilm")
     result = CliRunner().invoke(app, ["search", "--index", str(tmp_path / "fusion"), "what causes ocean tides", "-k", "2"])

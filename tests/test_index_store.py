@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from encoder.backends.fake import FakeEncoder
-from index import build, store
-from index.store import Document, IndexLoadError, IndexMismatchError, check_compatible, load_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index import build, store
+from densehybrid.index.store import Document, IndexLoadError, IndexMismatchError, check_compatible, load_index
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ stays flat over the soak.
 
 import pytest
 
-from benchmarks.load import FakeServerConfig, LoadConfig, percentile, rss_drift, run_load, server_quantiles
+from densehybrid.bench.load import FakeServerConfig, LoadConfig, percentile, rss_drift, run_load, server_quantiles
 
 SERVER = FakeServerConfig()
 ENCODER_CEILING_RPS = SERVER.max_batch_size / ((SERVER.base_ms + SERVER.per_text_ms * SERVER.max_batch_size) / 1000)

@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from encoder.errors import ModelDirError
-from encoder.heads import POOLER, TERM_WEIGHT, LinearHead, load_head, save_head
-from encoder.loading import load_encoder
-from encoder.model_dir import ModelSettings, locate, open_model_dir, read_settings, weights_hash, write_settings
+from densehybrid.encoder.errors import ModelDirError
+from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, LinearHead, load_head, save_head
+from densehybrid.encoder.loading import load_encoder
+from densehybrid.encoder.model_dir import ModelSettings, locate, open_model_dir, read_settings, weights_hash, write_settings
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
-from benchmarks.checkpoints import random_masked_lm, write_random_checkpoint
-from encoder.backends import onnx_backend, onnx_export
-from encoder.backends.fake import FakeEncoder
-from encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, apply_backend, providers_for, use_onnx
-from encoder.loading import load_encoder
+from densehybrid.bench.checkpoints import random_masked_lm, write_random_checkpoint
+from densehybrid.encoder.backends import onnx_backend, onnx_export
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, apply_backend, providers_for, use_onnx
+from densehybrid.encoder.loading import load_encoder
 
 TEXTS = [
     "what is a dense retriever",
@@ -211,7 +211,7 @@ def test_real_fusion_splade_tiny_minilm_matches(splade_tiny_dir, minilm_dir, tmp
 
 def test_untied_query_and_passage_models_get_their_own_graphs(tiny_dir, tmp_path):
     """An untied checkpoint (query_model/ + passage_model/) exports two graphs, one per role."""
-    from encoder.loading import save_encoder
+    from densehybrid.encoder.loading import save_encoder
 
     encoder = load_encoder(str(tiny_dir), kind="dhr", device="cpu")
     other = random_masked_lm("tiny", seed=11)

@@ -4,13 +4,13 @@ import httpx
 import numpy as np
 import pytest
 
-from benchmarks.checkpoints import write_random_checkpoint
-from encoder.backends.onnx_backend import OnnxBackbone
-from encoder.loading import load_encoder
-from service.app import create_app
-from service.runtime import StartupError, load_components
-from service.settings import ServiceSettings
-from service.testing import LiveServer
+from densehybrid.bench.checkpoints import write_random_checkpoint
+from densehybrid.encoder.backends.onnx_backend import OnnxBackbone
+from densehybrid.encoder.loading import load_encoder
+from densehybrid.service.app import create_app
+from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer
 
 TEXTS = ["what is a dense retriever", "gated inner products over densified lexical vectors"]
 
@@ -41,7 +41,7 @@ def test_unknown_backend_is_a_settings_error():
 
 
 def test_onnx_backend_failure_is_one_startup_message(tiny_dir, monkeypatch):
-    from encoder.backends import onnx_backend
+    from densehybrid.encoder.backends import onnx_backend
 
     def broken(*args, **kwargs):
         raise onnx_backend.OnnxBackendError("no provider here")

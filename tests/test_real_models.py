@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from encoder import representations as R
-from encoder.loading import load_encoder
+from densehybrid.encoder import representations as R
+from densehybrid.encoder.loading import load_encoder
 
 pytestmark = pytest.mark.realmodel
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from encoder.backends.fake import FakeEncoder
+from densehybrid.bench.fake_encoder import FakeEncoder
 from index_helpers import index_files
-from index import shards
-from index.build import BuildOptions, build_index
-from index.store import IndexLoadError, IndexWriteError, load_index
+from densehybrid.index import shards
+from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.store import IndexLoadError, IndexWriteError, load_index
 
 REPO = Path(__file__).resolve().parents[1]
 KILLER = Path(__file__).with_name("reliability_build_killer.py")

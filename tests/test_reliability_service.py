@@ -24,10 +24,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from encoder.backends.fake import FakeEncoder
-from service.app import create_app
-from service.settings import ServiceSettings
-from service.testing import LiveServer
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.service.app import create_app
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,8 @@ def wait_until(condition, timeout_s: float = 10.0) -> bool:
 @pytest.mark.parametrize("route,body", [("/encode", {"texts": ["gone before encoding"]}),
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, tmp_path):
-    from index.store import load_index
-    from service.testing import build_toy_index
+    from densehybrid.index.store import load_index
+    from densehybrid.bench.servers import build_toy_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
     index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
@@ -90,9 +90,9 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
 @pytest.fixture(scope="module")
 def served_index(tmp_path_factory, tiny_bert_dir):
     """A small index of a real (tiny, random) model, built through the CLI like a user would."""
-    from encoder.loading import load_encoder
-    from index.build import BuildOptions, build_index
-    from service.testing import write_toy_corpus
+    from densehybrid.encoder.loading import load_encoder
+    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.bench.servers import write_toy_corpus
 
     root = tmp_path_factory.mktemp("served")
     encoder = load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu")
@@ -101,7 +101,7 @@ def served_index(tmp_path_factory, tiny_bert_dir):
 
 
 def serve(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service.cli", "serve", "--port", "0", "--log-plain", *args],
+    return subprocess.run([sys.executable, "-m", "densehybrid", "serve", "--port", "0", "--log-plain", *args],
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "400"},
                           capture_output=True, text=True, timeout=timeout_s)
 
@@ -143,7 +143,7 @@ def test_server_refuses_a_corrupted_index_with_a_clear_message(served_index, tmp
     (["--model", "OTHER"], ["does not match", "weights_hash"]),
 ])
 def test_server_refuses_a_model_that_does_not_match_the_index(served_index, tmp_path, flags, words):
-    from encoder.random_checkpoint import write_random_checkpoint
+    from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 
     if "OTHER" in flags:  # same architecture, other weights: vectors that would silently mean nothing
         flags = ["--model", str(write_random_checkpoint(tmp_path / "other", arch="bert", seed=99))]
@@ -155,7 +155,7 @@ def test_server_refuses_a_model_that_does_not_match_the_index(served_index, tmp_
 
 def test_the_intact_index_loads(served_index):
     """The control for the refusals above: the same index, untouched, is served."""
-    from service.runtime import load_components
+    from densehybrid.service.runtime import load_components
 
     encoder, index = load_components(ServiceSettings(index=served_index, device="cpu"))
     assert index.count == 24 and encoder.spec.weights_hash == index.spec.weights_hash

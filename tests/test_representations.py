@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoder import representations as R
+from densehybrid.encoder import representations as R
 
 V = 30522
 

@@ -5,12 +5,12 @@ import time
 import numpy as np
 import pytest
 
-from encoder.backends.fake import FakeEncoder
-from encoder.base import Encoded, EncoderSpec
-from index import build, flat
-from index.explain import explain
-from index.searcher import Searcher, SearchError
-from index.store import Document, IndexMismatchError, load_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.index import build, flat
+from densehybrid.index.explain import explain
+from densehybrid.index.searcher import Searcher, SearchError
+from densehybrid.index.store import Document, IndexMismatchError, load_index
 from test_gip import numpy_gip, numpy_topk, random_rows
 
 

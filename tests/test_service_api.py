@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from encoder.backends.fake import FakeEncoder
-from index.searcher import Searcher
-from index.store import load_index
-from service.app import create_app
-from service.settings import ServiceSettings
-from service.testing import LiveServer, build_toy_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index.searcher import Searcher
+from densehybrid.index.store import load_index
+from densehybrid.service.app import create_app
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer, build_toy_index
 
 QUERIES = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]
 
@@ -348,7 +348,7 @@ def test_access_log_is_one_json_line_with_id_route_status_and_stage_times(client
     import json
     import logging
 
-    from service.logging import ACCESS_LOGGER, JsonFormatter
+    from densehybrid.service.logging import ACCESS_LOGGER, JsonFormatter
 
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     import time

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from encoder.backends.fake import FakeEncoder
-from index.store import VALUES
-from service.app import create_app
-from service.runtime import StartupError, load_components
-from service.settings import ServiceSettings
-from service.testing import LiveServer, build_toy_index
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.index.store import VALUES
+from densehybrid.service.app import create_app
+from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer, build_toy_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def index_dir(tmp_path_factory):
 
 def cli(*args, timeout=60):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "densehybrid", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
 
 
@@ -57,26 +57,26 @@ def test_serve_without_model_or_index_says_what_to_give():
 
 
 def test_a_model_that_does_not_match_the_index_is_refused(index_dir, monkeypatch):
-    import encoder.loading
+    from densehybrid.encoder import loading
 
-    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr", dlr_dim=640))
+    monkeypatch.setattr(loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr", dlr_dim=640))
     with pytest.raises(StartupError, match="does not match index"):
         load_components(ServiceSettings(index=index_dir))
     retrained = FakeEncoder("dhr")
     retrained.spec = dataclasses.replace(retrained.spec, weights_hash="other-weights")  # same shapes
-    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: retrained)
+    monkeypatch.setattr(loading, "load_encoder", lambda model, **kw: retrained)
     with pytest.raises(StartupError, match="weights_hash"):
         load_components(ServiceSettings(index=index_dir, model="somewhere/else"))
-    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr"))
+    monkeypatch.setattr(loading, "load_encoder", lambda model, **kw: FakeEncoder("dhr"))
     loaded, index = load_components(ServiceSettings(index=index_dir))
     assert index.count == 40 and loaded.spec.weights_hash == index.spec.weights_hash
 
 
 def test_index_alone_rebuilds_the_encoder_its_manifest_names(index_dir, monkeypatch):
-    import encoder.loading
+    from densehybrid.encoder import loading
 
     calls = []
-    monkeypatch.setattr(encoder.loading, "load_encoder", lambda model, **kw: calls.append((model, kw)) or
+    monkeypatch.setattr(loading, "load_encoder", lambda model, **kw: calls.append((model, kw)) or
                         FakeEncoder("dhr"))
     load_components(ServiceSettings(index=index_dir))
     load_components(ServiceSettings(index=index_dir, model="other-path-to-same-model"))
@@ -106,9 +106,9 @@ def test_a_client_that_leaves_takes_its_job_out_of_the_queue(index_dir):
 
 SERVER_SCRIPT = textwrap.dedent("""
     import sys, uvicorn
-    from encoder.backends.fake import FakeEncoder
-    from service.app import create_app
-    from service.settings import ServiceSettings
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
     app = create_app(ServiceSettings(max_batch_size=1), encoder=FakeEncoder("cls", delay_s=0.5))
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None, timeout_graceful_shutdown=20)
 """)

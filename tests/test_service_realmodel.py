@@ -4,12 +4,12 @@ import httpx
 import numpy as np
 import pytest
 
-from encoder.loading import load_encoder
-from index.searcher import Searcher
-from service.app import create_app
-from service.runtime import load_components
-from service.settings import ServiceSettings
-from service.testing import LiveServer, build_toy_index
+from densehybrid.encoder.loading import load_encoder
+from densehybrid.index.searcher import Searcher
+from densehybrid.service.app import create_app
+from densehybrid.service.runtime import load_components
+from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer, build_toy_index
 
 pytestmark = pytest.mark.realmodel
 

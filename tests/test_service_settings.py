@@ -7,12 +7,12 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from encoder.backends.fake import FakeEncoder
-from service.app import create_app
-from service.logging import JsonFormatter
-from service.serve import settings_from
-from service.settings import ServiceSettings, log_effective
-from service.testing import LiveServer
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.service.app import create_app
+from densehybrid.service.logging import JsonFormatter
+from densehybrid.service.serve import settings_from
+from densehybrid.service.settings import ServiceSettings, log_effective
+from densehybrid.bench.servers import LiveServer
 
 
 def test_environment_then_flags(monkeypatch):

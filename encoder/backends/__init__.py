@@ -1,1 +1,1 @@
-"""Encoder backends: torch (real checkpoints), onnx, and a deterministic fake for tests."""
+"""Encoder backends behind one interface: torch (as loaded) and ONNX Runtime."""

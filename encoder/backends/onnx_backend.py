@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoder.backbone import Backbone
-from encoder.base import ROLES, Encoder, Role
+from densehybrid.encoder.backbone import Backbone
+from densehybrid.encoder.base import ROLES, Encoder, Role
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class OnnxModel:
     """One exported model: ``hidden_states`` (backbone) and ``mlm_logits`` (head) sessions."""
 
     def __init__(self, export_dir: str | Path, *, device: str = "cpu", threads: int | None = None):
-        from encoder.backends.onnx_export import BACKBONE_FILE, HEAD_FILE, read_meta
+        from densehybrid.encoder.backends.onnx_export import BACKBONE_FILE, HEAD_FILE, read_meta
 
         ort = _ort()
         self.export_dir = Path(export_dir)
@@ -129,7 +129,7 @@ class OnnxBackbone(Backbone):
 
 
 def _onnx_backbone(backbone: Backbone, device: str, cache_root: Path) -> OnnxBackbone:
-    from encoder.backends.onnx_export import ensure_exported
+    from densehybrid.encoder.backends.onnx_export import ensure_exported
 
     by_model: dict[int, OnnxModel] = {}
     for role in ROLES:  # a tied backbone shares one module, hence one export and one session
@@ -141,14 +141,14 @@ def _onnx_backbone(backbone: Backbone, device: str, cache_root: Path) -> OnnxBac
 
 
 def default_cache_root() -> Path:
-    from encoder.zoo import cache_dir
+    from densehybrid.encoder.zoo import cache_dir
 
     return cache_dir() / "onnx"
 
 
 def use_onnx(encoder: Encoder, *, cache_root: str | Path | None = None) -> Encoder:
     """Switch a loaded transformers encoder (every kind, fusion's two halves too) to ONNX Runtime, in place."""
-    from encoder.encoders import FusionEncoder, TransformerEncoder
+    from densehybrid.encoder.encoders import FusionEncoder, TransformerEncoder
 
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     if isinstance(encoder, FusionEncoder):

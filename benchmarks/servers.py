@@ -1,12 +1,17 @@
-"""Helpers for tests, benchmarks and the demo: a live server on a free loopback port, a small fake index.
+"""Servers under test for the benchmarks and the test suite: a live in-process server, a free
+loopback port, stopping a child process, and a small toy index.
 
-    with LiveServer(create_app(settings, encoder=FakeEncoder())) as server:
+    with LiveServer(create_app(settings, encoder=FakeEncoder("dhr"))) as server:
         httpx.get(server.url + "/ready")
+
+Nothing in the service imports this module: it is harness, not a production code path.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,11 +19,39 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
-from encoder.base import Encoder
+from densehybrid.encoder.base import Encoder
 
 TOPICS = ["dense retrieval", "lexical matching", "gated inner product", "aggregation of term weights",
           "faiss flat index", "query latency", "passage ranking", "bm25 baseline", "neural reranking",
           "vector quantization"]
+
+
+def free_port(*hosts: str) -> int:
+    """A TCP port that is free on every one of ``hosts`` (default: 127.0.0.1) right now."""
+    hosts = hosts or ("127.0.0.1",)
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = probe.getsockname()[1]
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as other:
+                    other.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port free on all of {hosts}")
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
+    """SIGTERM, wait up to ``timeout_s``, then SIGKILL; returns the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait(timeout=timeout_s)
 
 
 class LiveServer:
@@ -70,7 +103,7 @@ def write_toy_corpus(path: Path, count: int = 80, seed: int = 0) -> Path:
 
 def build_toy_index(encoder: Encoder, directory: Path, count: int = 80) -> Path:
     """A small real index (the project's builder) of :func:`write_toy_corpus`."""
-    from index.build import BuildOptions, build_index
+    from densehybrid.index.build import BuildOptions, build_index
 
     directory.mkdir(parents=True, exist_ok=True)
     corpus = write_toy_corpus(directory / "corpus.jsonl", count)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from encoder import representations as R
-from encoder.base import GATED_KINDS, Encoded, Encoder, EncoderSpec, Kind, Role, TokenizedText
+from densehybrid.encoder import representations as R
+from densehybrid.encoder.base import GATED_KINDS, Encoded, Encoder, EncoderSpec, Kind, Role, TokenizedText
 
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from encoder import zoo
+from densehybrid.encoder import zoo
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,10 @@ def demo_dir() -> Path:
 
 def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     """Models fetched, corpus written and index built (or reused); returns the index directory."""
-    from encoder.loading import load_encoder
-    from index.build import BuildOptions, build_index
-    from index.store import IndexStoreError, load_index
-    from service.demo_corpus import write_stdlib_corpus
+    from densehybrid.encoder.loading import load_encoder
+    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.index.store import IndexStoreError, load_index
+    from densehybrid.cli.demo_corpus import write_stdlib_corpus
 
     for name in (LEXICAL_MODEL, DENSE_MODEL):
         zoo.fetch(name)

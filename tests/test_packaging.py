@@ -1,0 +1,80 @@
+"""The install: one top-level package, layered imports, and exactly one runtime extra."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from densehybrid.encoder import extras
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(REPO)], check=True, capture_output=True)
+    return next(out.glob("densehybrid-*.whl"))
+
+
+def test_wheel_holds_one_top_level_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"densehybrid"}
+    for layer in ("encoder", "index", "service", "cli", "bench"):
+        assert f"densehybrid/{layer}/__init__.py" in names
+    assert not [n for n in names if n.startswith("densehybrid/service/") and "testing" in n]
+    assert not [n for n in names if "fake" in n and not n.startswith("densehybrid/bench/")]
+
+
+def test_import_layers_hold_on_the_installed_wheel(wheel, tmp_path):
+    """import-linter reads the non-editable install (the editable one maps folders through an import hook)."""
+    lint = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
+    assert lint, "import-linter is a dev dependency"
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    result = subprocess.run([lint, "--config", str(REPO / "pyproject.toml")], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+def fake_installed(*present: str):
+    return lambda distribution: distribution in present
+
+
+@pytest.mark.parametrize("present,expected", [(("faiss-cpu", "onnxruntime"), "cpu"),
+                                              (("faiss-cpu", "onnxruntime-gpu"), "gpu")])
+def test_one_extra_is_recognised(monkeypatch, present, expected):
+    monkeypatch.setattr(extras, "installed", fake_installed(*present))
+    assert extras.installed_extra() == expected
+
+
+@pytest.mark.parametrize("present,problem", [((), "not installed"), (("onnxruntime",), "missing: faiss-cpu"),
+                                             (("faiss-cpu", "onnxruntime", "onnxruntime-gpu"), "both")])
+def test_neither_or_both_extras_name_both_installs(monkeypatch, present, problem):
+    monkeypatch.setattr(extras, "installed", fake_installed(*present))
+    with pytest.raises(extras.MissingExtraError, match=problem) as raised:
+        extras.installed_extra()
+    assert "densehybrid[cpu]" in str(raised.value) and "densehybrid[gpu]" in str(raised.value)
+
+
+def test_cli_stops_with_one_sentence_without_an_extra(monkeypatch):
+    from densehybrid.cli.main import app
+
+    monkeypatch.setattr(extras, "installed", fake_installed("faiss-cpu", "onnxruntime", "onnxruntime-gpu"))
+    result = CliRunner().invoke(app, ["serve", "--index", "/nowhere"])
+    assert result.exit_code == 2
+    assert "densehybrid[cpu]" in result.output and "Traceback" not in result.output
+    assert CliRunner().invoke(app, ["models", "list"]).exit_code == 0  # needs neither Faiss nor ONNX Runtime
+
+
+def test_installed_environment_has_exactly_one_extra():
+    assert extras.installed_extra() in ("cpu", "gpu")
