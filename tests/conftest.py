@@ -11,7 +11,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip_gpu = pytest.mark.skip(reason="no CUDA device on this machine; the CPU twin of this test runs instead")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):
             item.add_marker(skip_gpu)
 
 
