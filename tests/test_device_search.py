@@ -140,3 +140,12 @@ def test_gpu_searcher_matches_the_cpu_searcher(tmp_path):
     cpu = Searcher(index).search(queries, k=10, candidates=100)
     gpu = Searcher(index, device="cuda").search(queries, k=10, candidates=100)
     assert gpu.rows == cpu.rows  # the rerank is exact on both; only the candidate sets could differ
+
+
+def test_serve_with_a_cuda_search_device_on_a_cpu_machine_stops_with_one_sentence(tmp_path):
+    from densehybrid.service.runtime import StartupError, load_components
+    from densehybrid.service.settings import ServiceSettings
+
+    index = make_index(tmp_path, "cls", n=30)
+    with pytest.raises(StartupError, match="search device 'cuda' requested but torch sees no CUDA device"):
+        load_components(ServiceSettings(index=index.path, search_device="cuda"))
