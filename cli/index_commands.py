@@ -20,7 +20,7 @@ from densehybrid.encoder.errors import EncoderError
 from densehybrid.index import commands, flat
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.evaluate import EvalInputError
-from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError
+from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 from densehybrid.index.store import IndexStoreError, load_index
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 console = Console()
 index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
+SEARCH_DEVICE_HELP = "first stage + rerank: auto (a GPU when present), cpu (Faiss), cuda, cuda:N"
 _KNOWN_ERRORS = (IndexStoreError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
 
 
@@ -91,6 +92,7 @@ def search(
     candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
+    search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
     encoder: EncoderOptions = None,
 ) -> None:
     """Search an index with one query; prints rank, id, score, a snippet and the stage times.
@@ -99,7 +101,7 @@ def search(
     """
     try:
         index, model = _load(index_dir, encoder)
-        searcher = Searcher(index)
+        searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
                                       theta=theta, rerank=not no_rerank, lam=encoder.lam)
     except _KNOWN_ERRORS as exc:
@@ -125,6 +127,7 @@ def eval_command(
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only (no exact GIP)"),
     bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
+    search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
     encoder: EncoderOptions = None,
 ) -> None:
     """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries."""
@@ -132,6 +135,7 @@ def eval_command(
         index = load_index(index_dir)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
         outcome = commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
+                                    device=resolve_search_device(search_device, index),
                                     first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
                                     rerank=not no_rerank)
     except _KNOWN_ERRORS as exc:

@@ -70,6 +70,8 @@ def serve_command(
     dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: CUDA if present)"),
     backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: torch or onnx [torch]"),
+    search_device: Optional[str] = typer.Option(None, "--search-device",
+                                                help="first stage + rerank: auto, cpu, cuda, cuda:N [auto]"),
     host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
     max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
@@ -91,7 +93,7 @@ def serve_command(
 
     from densehybrid.service.serve import StartupError, serve, settings_from
 
-    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
+    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, search_device=search_device, backend=backend, host=host, port=port,
                  max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                  queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
                  max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
@@ -226,9 +228,10 @@ def loadtest_command(
 
 
 # -- bench (issue 6) ---------------------------------------------------------------
-@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("bench", add_help_option=False,
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench_command(ctx: typer.Context) -> None:
-    """Run the performance benchmark (same flags as `python -m densehybrid.bench`: --quick, --full, --out, --only ...)."""
+    """Run the performance benchmark (`densehybrid bench --help` lists its flags: --quick, --device, --only ...)."""
     from densehybrid.bench.cli import config_from, parser, run_and_report
 
     args = parser().parse_args(ctx.args)

@@ -29,9 +29,9 @@ from densehybrid.encoder.heads import LinearHead
 from densehybrid.encoder.tokenization import length_chunks, pad
 
 MODEL_KEY = "model"
-# padded tokens per forward. The MLM path materialises a few (tokens x V) float32
-# tensors (logits, softmax, weighted, masked): 512 x 30522 x 4 B = 62.5 MB each.
-MLM_TOKEN_BUDGET = {"cpu": 512, "cuda": 2048}
+# padded tokens per forward. The MLM path holds the (tokens x V) logits (CPU float32: 512 x 30522 x 4 B
+# = 62.5 MB; CUDA fp16: 8192 x 30522 x 2 B = 500 MB, so a 64 x 128 batch of passages is one forward).
+MLM_TOKEN_BUDGET = {"cpu": 512, "cuda": 8192}
 DENSE_TOKEN_BUDGET = {"cpu": 8192, "cuda": 16384}
 # rows per forward for kinds with a lexical part: each row holds a V-dim vector
 # (30522 x 4 B = 122 KB) whatever its length, so short texts are capped by rows

@@ -18,6 +18,7 @@ import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index import flat, gip
+from densehybrid.index.device_search import TorchFlatIndex, search_devices
 from densehybrid.index.store import IndexFiles, IndexMismatchError
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,33 @@ MAX_CANDIDATES = 10_000
 
 class SearchError(ValueError):
     """A search request is out of range (k, candidates, first stage, λ)."""
+
+
+def resolve_search_device(requested: str | None, index: IndexFiles) -> str:
+    """Where the first stage and rerank run, chosen apart from the encoder's device.
+
+    ``auto``/None: a GPU when torch sees one and the index is exact (FlatIP), else the CPU.
+    ``cpu``: Faiss on the CPU. ``cuda``/``cuda:N``: exact torch search on that GPU (all GPUs
+    for ``cuda``); a PQ index has no exact rows to scan there, so it stays on the CPU (logged).
+    """
+    import torch
+
+    pq = flat.first_stage_description(index.faiss) == "pq"
+    if requested in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() and not pq else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if not requested.startswith("cuda"):
+        raise SearchError(f"unknown search device {requested!r}; use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise SearchError(f"search device {requested!r} requested but torch sees no CUDA device; use cpu or auto")
+    index_no = requested.partition(":")[2]
+    if index_no and (not index_no.isdigit() or int(index_no) >= torch.cuda.device_count()):
+        raise SearchError(f"search device {requested!r}: only {torch.cuda.device_count()} CUDA devices exist")
+    if pq:
+        log.info("the index's first stage is PQ: it searches on the CPU (search device %s ignored)", requested)
+        return "cpu"
+    return requested
 
 
 @dataclass
@@ -46,14 +74,31 @@ def _ms(start: float) -> float:
 
 
 class Searcher:
-    """Searches one loaded index; the Faiss index is placed on ``device`` once."""
+    """Searches one loaded index.
 
-    def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool = False):
+    ``device`` "cpu": Faiss first stage, numpy/torch-CPU rerank. A CUDA device (see
+    :func:`resolve_search_device`): values and gates are copied to the GPU(s) once and the exact
+    first stage and rerank run there in torch (float16 storage unless ``float16=False``).
+    ``engine="torch"`` runs that same torch path on the CPU (float32): the CPU twin tests use it.
+    """
+
+    def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool | None = None,
+                 engine: Literal["faiss", "torch"] | None = None):
         self.index = index
         self.spec = index.spec
         self.device = device
-        flat.tune_blas()
-        self._faiss = flat.to_device(index.faiss, device, float16=float16)
+        on_gpu = device.startswith("cuda")
+        self.engine = engine or ("torch" if on_gpu else "faiss")
+        self._faiss = index.faiss
+        self._torch: TorchFlatIndex | None = None
+        if self.engine == "torch":
+            import torch
+
+            half = on_gpu if float16 is None else float16
+            self._torch = TorchFlatIndex(index.values, index.gates if self.reranks else None, search_devices(device),
+                                         dtype=torch.float16 if half else torch.float32)
+        else:
+            flat.tune_blas()
 
     @property
     def reranks(self) -> bool:
@@ -84,6 +129,8 @@ class Searcher:
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
         if first_stage == "approx_gip":
             return gip.approx_topk(xq, gq, self.index.values, self.index.gates, theta, depth)
+        if self._torch is not None:
+            return self._torch.search(xq, depth)
         scores, rows = flat.search(self._faiss, xq, depth)
         return gip.sort_by_score(scores, rows, depth)
 
@@ -103,7 +150,9 @@ class Searcher:
         scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
         search_ms = _ms(start)
         start = time.perf_counter()
-        if second:
+        if second and self._torch is not None:
+            scores, rows = self._torch.rerank(xq, gq, rows, k)
+        elif second:
             scores, rows = gip.rerank(xq, gq, self.index.values, self.index.gates, rows, k)
         rerank_ms = _ms(start) if second else 0.0
         return self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})

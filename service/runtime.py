@@ -35,6 +35,13 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
     index = _load_index(settings) if settings.index is not None else None
     if index is None and settings.model is None:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
+    if index is not None:  # before the model loads: a wrong search device fails fast
+        from densehybrid.index.searcher import SearchError, resolve_search_device
+
+        try:
+            resolve_search_device(settings.search_device, index)
+        except SearchError as exc:
+            raise StartupError(str(exc)) from exc
     encoder = _load_encoder(settings, index)
     if index is not None:
         from densehybrid.index.store import IndexStoreError, check_compatible
@@ -96,7 +103,7 @@ class Runtime:
         self.encoder = encoder
         self.index = index
         self.metrics = metrics or ServiceMetrics()
-        self.searcher = self._make_searcher(index, encoder) if index is not None else None
+        self.searcher = self._make_searcher(index, settings.search_device) if index is not None else None
         self.batcher = Batcher(encoder, max_batch_size=settings.max_batch_size,
                                max_batch_tokens=settings.max_batch_tokens, max_wait_s=settings.max_wait_ms / 1000,
                                queue_size=settings.queue_size, retry_after_s=settings.retry_after_s,
@@ -112,10 +119,12 @@ class Runtime:
             self.metrics.describe_index(index.count, spec.dim)
 
     @staticmethod
-    def _make_searcher(index, encoder: Encoder):
-        from densehybrid.index.searcher import Searcher
+    def _make_searcher(index, search_device: str):
+        from densehybrid.index.searcher import Searcher, resolve_search_device
 
-        return Searcher(index, device=encoder.device)
+        device = resolve_search_device(search_device, index)
+        log.info("search device", extra={"fields": {"search_device": device}})
+        return Searcher(index, device=device)
 
     @property
     def ready(self) -> bool:
