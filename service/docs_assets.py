@@ -17,6 +17,11 @@ from fastapi.staticfiles import StaticFiles
 
 ASSETS_PATH = "/docs-assets"
 BEARER_SCHEME = "bearer"
+# The pages start their bundles with inline scripts and styles; everything else must come from this server.
+# ReDoc shows a logo from cdn.redoc.ly and hides it when it fails to load: the policy makes it fail.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+                           "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; "
+                           "frame-ancestors 'none'")
 
 
 def _assets_dir() -> str:
@@ -31,10 +36,10 @@ def install_offline_docs(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(
+        return _local_only(get_swagger_ui_html(
             openapi_url=app.openapi_url, title=title, oauth2_redirect_url=oauth2_redirect,
             swagger_js_url=f"{ASSETS_PATH}/swagger-ui-bundle.js", swagger_css_url=f"{ASSETS_PATH}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS_PATH}/favicon.png")
+            swagger_favicon_url=f"{ASSETS_PATH}/favicon.png"))
 
     @app.get(oauth2_redirect, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:
@@ -43,9 +48,14 @@ def install_offline_docs(app: FastAPI) -> None:
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
         # with_google_fonts=False: the fonts are a CDN request too
-        return get_redoc_html(openapi_url=app.openapi_url, title=title, with_google_fonts=False,
-                              redoc_js_url=f"{ASSETS_PATH}/redoc.standalone.js",
-                              redoc_favicon_url=f"{ASSETS_PATH}/favicon.png")
+        return _local_only(get_redoc_html(openapi_url=app.openapi_url, title=title, with_google_fonts=False,
+                                          redoc_js_url=f"{ASSETS_PATH}/redoc.standalone.js",
+                                          redoc_favicon_url=f"{ASSETS_PATH}/favicon.png"))
+
+
+def _local_only(page: HTMLResponse) -> HTMLResponse:
+    page.headers["content-security-policy"] = CONTENT_SECURITY_POLICY
+    return page
 
 
 def declare_bearer_auth(app: FastAPI, *, open_paths: frozenset[str]) -> None:
