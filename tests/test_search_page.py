@@ -19,7 +19,7 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, write_toy_corpus
+from densehybrid.bench.servers import LiveServer, build_toy_index, write_toy_corpus
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
@@ -217,3 +217,25 @@ def test_openapi_declares_the_bearer_scheme_only_with_a_key(dhr_server):
     assert schema["paths"]["/info"]["get"]["security"] == [{"bearer": []}]
     for open_path in ("/health", "/ready", "/metrics"):
         assert "security" not in schema["paths"][open_path]["get"]
+
+
+# -- a real model ----------------------------------------------------------------------------------
+@pytest.mark.realmodel
+def test_real_fusion_index_marks_the_real_matched_terms(browser, splade_tiny_dir, minilm_dir, tmp_path):
+    from densehybrid.encoder.loading import load_encoder
+
+    encoder = load_encoder("splade-tiny", kind="fusion", dense_model="minilm")
+    index_dir = build_toy_index(encoder, tmp_path, count=40)
+    query = "faiss flat index latency"
+    with LiveServer(create_app(ServiceSettings(), encoder=encoder, index=load_index(index_dir))) as live:
+        search_in_browser(browser, live.url, query)
+        hits = page_hits(browser)
+        api = httpx.post(live.url + "/search", json={"query": query, "k": 10, "explain": True}, timeout=60).json()
+    assert [h["id"] for h in hits] == [h["id"] for h in api["results"]]
+    marked = {m.lower() for h in hits for m in h["marks"]}
+    assert marked and marked <= set(query.split()), marked  # the model's own matches, all words of the query
+    for shown, hit in zip(hits, api["results"]):
+        expl = hit["explanation"]
+        assert {m.lower() for m in shown["marks"]} <= {t["term"] for t in expl["terms"]}
+        assert math.isclose(shown["shares"]["lexical"], abs(expl["lexical"]) / (abs(expl["lexical"]) + abs(expl["semantic"])))
+        assert 0 < shown["shares"]["semantic"] < 1  # fusion: both parts count
