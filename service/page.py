@@ -3,8 +3,8 @@
 The page runs the same handler as ``POST /search`` with ``return_text`` and
 ``explain`` on, so the hits, the stage times and the lexical/semantic split
 are the API's own. Matched query terms (the lexical part of the score, as
-``/explain`` computes it) are marked in the title and text where they appear
-as whole words; subword pieces (``##ing``) are listed but not marked.
+``/explain`` computes it) are marked in the title and text on the words they
+make up: a matched term, alone or followed by matched subword pieces.
 
 Jinja2 autoescapes every value: queries and passages are text, never markup.
 With an API key set the page is behind the key like every other route but
@@ -39,15 +39,39 @@ _HERE = Path(__file__).parent
 _templates = Jinja2Templates(env=jinja2.Environment(
     loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined))
 _WORD = re.compile(r"\w+")
+_WORDS = re.compile(r"(\w+)")
 
 
 def highlight(text: str, terms: Iterable[str]) -> list[tuple[str, bool]]:
-    """``text`` cut into ``(part, marked)`` pieces; marked pieces are whole-word, case-insensitive matches of ``terms``."""
-    words = sorted({t.lower() for t in terms if _WORD.fullmatch(t)}, key=len, reverse=True)
-    if not words:
-        return [(text, False)] if text else []
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b", re.IGNORECASE)
-    return [(part, i % 2 == 1) for i, part in enumerate(pattern.split(text)) if part]
+    """``text`` cut into ``(part, marked)`` pieces, joined back it is ``text``.
+
+    A word is marked when it is a matched term followed by zero or more matched
+    subword pieces (``late`` + ``##ncy`` marks "latency"), case-insensitively.
+    """
+    heads = {t.lower() for t in terms if _WORD.fullmatch(t)}
+    tails = {t[2:].lower() for t in terms if t.startswith("##") and _WORD.fullmatch(t[2:])}
+    parts: list[tuple[str, bool]] = []
+    for i, part in enumerate(_WORDS.split(text)):
+        marked = i % 2 == 1 and _composed(part.lower(), heads, tails)
+        if parts and not marked and not parts[-1][1]:
+            parts[-1] = (parts[-1][0] + part, False)
+        elif part:
+            parts.append((part, marked))
+    return parts
+
+
+def _composed(word: str, heads: set[str], tails: set[str]) -> bool:
+    """Whether ``word`` is one of ``heads`` followed by any number of ``tails`` (linear in len(word) x len(tails))."""
+    ends = [False] * (len(word) + 1)
+    for head in heads:
+        if word.startswith(head):
+            ends[len(head)] = True
+    for at in range(1, len(word)):
+        if ends[at]:
+            for tail in tails:
+                if word.startswith(tail, at):
+                    ends[at + len(tail)] = True
+    return ends[-1] and bool(word)
 
 
 def shares(lexical: float, semantic: float) -> dict[str, float]:

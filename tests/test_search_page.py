@@ -7,6 +7,7 @@ a machine without them fails these tests with the install command rather than sk
 import json
 import math
 import random
+import re
 import shutil
 
 import httpx
@@ -109,18 +110,36 @@ def page_hits(browser) -> list[dict]:
 
 # -- the pure parts ------------------------------------------------------------------------------
 def test_highlight_marks_whole_words_case_insensitively_and_keeps_the_text():
-    assert highlight("Faiss indexes faiss.", ["faiss", "##es", "index"]) == [
+    assert highlight("Faiss indexes faiss.", ["faiss", "index"]) == [
         ("Faiss", True), (" indexes ", False), ("faiss", True), (".", False)]
+    assert highlight("Latency: latent, late-ncy", ["late", "##ncy"]) == [
+        ("Latency", True), (": latent, ", False), ("late", True), ("-ncy", False)]
     assert highlight("no match here", []) == [("no match here", False)]
     assert highlight("", ["x"]) == []
+
+
+def test_highlight_keeps_the_text_and_marks_only_words_made_of_matched_pieces():
     rng = random.Random(0)
-    words = ["a", "ab", "b", "a.b", "(", "AB", " ", "\n"]
-    for _ in range(300):
-        text = "".join(rng.choice(words) for _ in range(rng.randrange(12)))
-        terms = rng.sample(["a", "ab", "b", "a.b", "+"], rng.randrange(4))
+    pieces = ["a", "ab", "b", "c", " ", ".", "(", "\n", "AB"]
+    for _ in range(500):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(14)))
+        terms = rng.sample(["a", "ab", "b", "##b", "##c", "##ab", "+", "a.b"], rng.randrange(5))
         parts = highlight(text, terms)
         assert "".join(p for p, _ in parts) == text
-        assert all(p.lower() in terms for p, marked in parts if marked)
+        heads = {t for t in terms if t.isalnum()}
+        tails = {t[2:] for t in terms if t.startswith("##")}
+        # brute force: every split of a marked word into a head and tails
+        for part, marked in parts:
+            words = re.findall(r"\w+", part)
+            assert all(_brute_composed(w.lower(), heads, tails) == marked for w in words), (text, terms, parts)
+
+
+def _brute_composed(word, heads, tails):
+    return any(word.startswith(h) and _brute_tails(word[len(h):], tails) for h in heads)
+
+
+def _brute_tails(rest, tails):
+    return rest == "" or any(rest.startswith(t) and _brute_tails(rest[len(t):], tails) for t in tails if t)
 
 
 def test_shares_split_the_score_by_magnitude():
@@ -233,9 +252,12 @@ def test_real_fusion_index_marks_the_real_matched_terms(browser, splade_tiny_dir
         api = httpx.post(live.url + "/search", json={"query": query, "k": 10, "explain": True}, timeout=60).json()
     assert [h["id"] for h in hits] == [h["id"] for h in api["results"]]
     marked = {m.lower() for h in hits for m in h["marks"]}
-    assert marked and marked <= set(query.split()), marked  # the model's own matches, all words of the query
+    # the model's own matches, all words of the query; "latency" is late + ##ncy in its vocabulary
+    assert marked and marked <= set(query.split()) and "latency" in marked, marked
     for shown, hit in zip(hits, api["results"]):
         expl = hit["explanation"]
-        assert {m.lower() for m in shown["marks"]} <= {t["term"] for t in expl["terms"]}
+        terms = [t["term"] for t in expl["terms"]]
+        heads, tails = {t for t in terms if not t.startswith("##")}, {t[2:] for t in terms if t.startswith("##")}
+        assert all(_brute_composed(m.lower(), heads, tails) for m in shown["marks"]), (shown["marks"], terms)
         assert math.isclose(shown["shares"]["lexical"], abs(expl["lexical"]) / (abs(expl["lexical"]) + abs(expl["semantic"])))
         assert 0 < shown["shares"]["semantic"] < 1  # fusion: both parts count
