@@ -18,8 +18,10 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from densehybrid.encoder.base import Encoder
 from densehybrid.service.errors import install_error_handlers
+from densehybrid.service.docs_assets import declare_bearer_auth, install_offline_docs
 from densehybrid.service.metrics import ServiceMetrics
-from densehybrid.service.middleware import ServiceMiddleware
+from densehybrid.service.middleware import OPEN_PATHS, ServiceMiddleware
+from densehybrid.service.page import install_search_page
 from densehybrid.service.routes import build_router
 from densehybrid.service.runtime import Runtime, load_components
 from densehybrid.service.settings import ServiceSettings, log_effective
@@ -45,16 +47,20 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
             with contextlib.suppress(Exception):
                 await warm_up
 
-    app = FastAPI(title="densehybrid", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="densehybrid", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Dense hybrid retrieval (Aggretriever, DHR, [CLS]): search, encode, explain.")
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(build_router(runtime))
+    install_offline_docs(app)
+    install_search_page(app, runtime)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["Server-Timing", "X-Request-ID", "Retry-After"])
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    if api_key is not None:
+        declare_bearer_auth(app, open_paths=OPEN_PATHS)
     app.add_middleware(ServiceMiddleware, metrics=runtime.metrics, api_key=api_key,
                        max_body_bytes=settings.max_body_bytes)
     return app
