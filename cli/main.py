@@ -128,6 +128,13 @@ def demo_command(
     from densehybrid.service import logging as service_logging
     from densehybrid.service.serve import StartupError, serve, settings_from
 
+    from pydantic import ValidationError
+
+    try:  # refuse a keyless public --host before the minutes of indexing, not after
+        settings_from({"host": host, "port": port})
+    except ValidationError as exc:
+        console.print(f"[red]error:[/red] invalid settings: {exc}")
+        raise typer.Exit(2) from exc
     service_logging.configure("INFO", json_lines=False)
     index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
     url = f"http://{host}:{port}"

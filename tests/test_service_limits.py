@@ -174,3 +174,12 @@ def test_every_new_setting_has_a_serve_flag():
     text = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
     for flag in ("--max-explain-hits", "--max-explain-terms", "--max-return-text-bytes", "--allow-open"):
         assert flag in text, flag
+
+
+def test_demo_refuses_a_keyless_public_host_before_indexing(monkeypatch, tmp_path):
+    from densehybrid.cli.main import app
+
+    monkeypatch.delenv("DENSEHYBRID_API_KEY", raising=False)
+    result = CliRunner().invoke(app, ["demo", "--host", "0.0.0.0", "--dir", str(tmp_path / "demo")])
+    assert result.exit_code == 2 and "DENSEHYBRID_ALLOW_OPEN" in result.output
+    assert not (tmp_path / "demo").exists()
