@@ -134,7 +134,8 @@ def _nginx() -> str:
     return nginx
 
 
-def _run_balancer(stack: ExitStack, tmp_path: Path, nginx: str, dns_port: int, replica_port: int) -> str:
+def _run_balancer(stack: ExitStack, tmp_path: Path, nginx: str, dns_port: int, replica_port: int,
+                  log: Path | None = None) -> str:
     listen_port = free_port("127.0.0.1")
     conf = (NGINX_CONF.read_text()
             .replace("resolver 127.0.0.11 ", f"resolver 127.0.0.1:{dns_port} ")
@@ -143,7 +144,8 @@ def _run_balancer(stack: ExitStack, tmp_path: Path, nginx: str, dns_port: int, r
             .replace("/tmp/", f"{tmp_path}/"))
     (tmp_path / "nginx.conf").write_text(conf)
     proc = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", "stderr",
-                             "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "-g", "daemon off;"], stdout=subprocess.DEVNULL,
+                            stderr=open(log, "wb") if log else subprocess.DEVNULL)
     stack.callback(proc.wait, 10)
     stack.callback(proc.terminate)
     url = f"http://127.0.0.1:{listen_port}"
@@ -196,3 +198,18 @@ def test_nginx_passes_429_and_503_through_once_with_retry_after(tmp_path):
 
         refused = httpx.get(url + "/metrics", timeout=10)
         assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
+
+
+def test_nginx_retries_a_failed_connection_once(tmp_path):
+    """Three replica addresses, none listening: each request tries two of them, then 502."""
+    nginx = _nginx()
+    hosts = (*REPLICA_HOSTS, "127.0.0.4")
+    replica_port = free_port(*hosts)  # nothing listens there: every connect is refused
+    log = tmp_path / "nginx.log"
+    with ExitStack() as stack:
+        dns = stack.enter_context(TinyDNS("densehybrid", hosts))
+        url = _run_balancer(stack, tmp_path, nginx, dns.port, replica_port, log=log)
+        for _ in range(5):
+            assert httpx.post(url + "/encode", json={"texts": ["a"]}, timeout=10).status_code == 502
+    refused = [line for line in log.read_text().splitlines() if "connect() failed" in line]
+    assert len(refused) == 10, refused  # 5 requests x (first try + one retry)
