@@ -82,8 +82,14 @@ def serve_command(
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", help="largest first-stage depth [10000]"),
     max_request_texts: Optional[int] = typer.Option(None, "--max-request-texts", help="queries/texts per request"),
     max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="largest request body [1 MiB]"),
+    max_explain_hits: Optional[int] = typer.Option(None, "--max-explain-hits", help="queries x k with explain [100]"),
+    max_explain_terms: Optional[int] = typer.Option(None, "--max-explain-terms", help="terms per explanation [64]"),
+    max_return_text_bytes: Optional[int] = typer.Option(None, "--max-return-text-bytes",
+                                                        help="largest returned text per /search [1 MiB]"),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer <key>' "
                                           "(prefer the DENSEHYBRID_API_KEY environment variable)"),
+    allow_open: Optional[bool] = typer.Option(None, "--allow-open/--require-key",
+                                              help="serve without an API key on a non-loopback host [require-key]"),
     cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING [INFO]"),
     log_json: Optional[bool] = typer.Option(None, "--log-json/--log-plain", help="JSON log lines [json]"),
@@ -97,6 +103,8 @@ def serve_command(
                  max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                  queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
                  max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
+                 max_explain_hits=max_explain_hits, max_explain_terms=max_explain_terms,
+                 max_return_text_bytes=max_return_text_bytes, allow_open=allow_open,
                  cors_origins=cors_origin or None, log_level=log_level, log_json=log_json)
     try:
         serve(settings_from(flags))
@@ -122,6 +130,13 @@ def demo_command(
     from densehybrid.service import logging as service_logging
     from densehybrid.service.serve import StartupError, serve, settings_from
 
+    from pydantic import ValidationError
+
+    try:  # refuse a keyless public --host before the minutes of indexing, not after
+        settings_from({"host": host, "port": port})
+    except ValidationError as exc:
+        console.print(f"[red]error:[/red] invalid settings: {exc}")
+        raise typer.Exit(2) from exc
     service_logging.configure("INFO", json_lines=False)
     index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
     url = f"http://{host}:{port}"

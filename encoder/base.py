@@ -55,6 +55,8 @@ class EncoderSpec:
     model_id: str = ""
     dense_model_id: str | None = None
     weights_hash: str = ""
+    # sha256 of each tokenizer/config file by relative name (model_dir.identity_files); {} where unknown
+    identity_files: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

@@ -33,7 +33,7 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     if encoder is None:
         encoder, loaded_index = load_components(settings)
         index = index if index is not None else loaded_index
-    runtime = Runtime(settings, encoder, index, metrics=ServiceMetrics())
+    runtime = Runtime(settings, encoder, index, metrics=ServiceMetrics(request_timeout_s=settings.request_timeout_s))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -19,7 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from densehybrid.encoder.base import Encoded, Role, TokenizedText
 from densehybrid.index.searcher import SearchError
 from densehybrid.service.batcher import EncodeOutcome
-from densehybrid.service.errors import ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed
+from densehybrid.service.errors import (ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
+                                        SearchFailed)
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchParams
 
@@ -98,20 +99,37 @@ def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
 
     found = explain(query, rt.index, row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
     terms = [{"token_id": t.token_id, "term": rt.encoder.term(t.token_id), "query_weight": t.query_weight,
-              "passage_weight": t.passage_weight, "contribution": t.contribution} for t in found.terms]
+              "passage_weight": t.passage_weight, "contribution": t.contribution}
+             for t in found.terms[:rt.settings.max_explain_terms]]
     return {"terms": terms, "lexical": float(found.lexical), "semantic": float(found.semantic),
             "total": float(found.total)}
 
 
+def _check_explain_cost(rt: Runtime, queries: int, k: int) -> None:
+    limit = rt.settings.max_explain_hits
+    if queries * k > limit:
+        raise InvalidRequest(f"explain=true for {queries} x {k} hits is over the limit of {limit} "
+                             "explained hits per request (max_explain_hits): lower k or send fewer queries")
+
+
+def _check_text_size(rt: Runtime, returned_bytes: int) -> None:
+    limit = rt.settings.max_return_text_bytes
+    if returned_bytes > limit:
+        raise PayloadTooLarge(f"return_text would send over the limit of {limit} bytes of text "
+                              "(max_return_text_bytes): lower k or leave return_text off")
+
+
 def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[dict]]:
     """Search results -> one hit list per query, with text and explanations when asked."""
-    per_query = []
+    per_query, text_bytes = [], 0
     for q, (ids, scores, rows) in enumerate(zip(found.ids, found.scores, found.rows)):
         hits = [{"id": str(doc_id), "score": float(score), "rank": rank}
                 for rank, (doc_id, score) in enumerate(zip(ids, scores), start=1)]
         if body.return_text:
             for hit, doc in zip(hits, rt.index.docs.get_many([h["id"] for h in hits])):
                 hit.update(title=doc.title if doc else None, text=doc.text if doc else None)
+                text_bytes += len((hit["title"] or "").encode()) + len((hit["text"] or "").encode())
+            _check_text_size(rt, text_bytes)
         if body.explain:
             for hit, row in zip(hits, rows):
                 hit["explanation"] = _explanation(rt, encoded[q:q + 1], int(row), lam)
@@ -124,9 +142,11 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     require_ready(rt)
     started = time.perf_counter()
     texts = [body.query] if body.query is not None else list(body.queries)
+    k = min(body.k, index.count)
+    if body.explain:
+        _check_explain_cost(rt, len(texts), k)
     items = await run_in_threadpool(rt.encoder.tokenize, texts, "query")
     outcome = await encode_for(rt, request, items, "query")
-    k = min(body.k, index.count)
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
     if k == 0:
@@ -180,6 +200,8 @@ def info(rt: Runtime) -> dict:
                                              "dim": spec.dim, "lam": float(index.lam)},
         "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_request_texts": s.max_request_texts,
                    "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,
+                   "max_explain_hits": s.max_explain_hits, "max_explain_terms": s.max_explain_terms,
+                   "max_return_text_bytes": s.max_return_text_bytes,
                    "queue_size": s.queue_size},
         "ready": rt.ready,
     }

@@ -102,7 +102,7 @@ class Runtime:
         self.settings = settings
         self.encoder = encoder
         self.index = index
-        self.metrics = metrics or ServiceMetrics()
+        self.metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
         self.searcher = self._make_searcher(index, settings.search_device) if index is not None else None
         self.batcher = Batcher(encoder, max_batch_size=settings.max_batch_size,
                                max_batch_tokens=settings.max_batch_tokens, max_wait_s=settings.max_wait_ms / 1000,

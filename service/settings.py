@@ -8,12 +8,13 @@ effective settings can be logged at start without leaking them.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,13 @@ class ServiceSettings(BaseSettings):
     max_candidates: int = Field(10000, ge=1, le=10000, description="largest first-stage depth K1")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body; checked before parsing")
+    max_explain_hits: int = Field(100, ge=1, description="largest queries x k of a /search with explain=true")
+    max_explain_terms: int = Field(64, ge=1, description="matched terms listed per explanation (largest first)")
+    max_return_text_bytes: int = Field(1 << 20, ge=1024, description="largest total of titles and texts a /search returns")
 
     # security and ops
     api_key: SecretStr | None = Field(None, description="when set, required as 'Authorization: Bearer <key>'")
+    allow_open: bool = Field(False, description="serve without an API key on a non-loopback host")
     cors_origins: list[str] = Field(default_factory=list, description="allowed CORS origins; empty = CORS off")
     log_level: str = Field("INFO", description="logging level")
     log_json: bool = Field(True, description="JSON log lines (false: plain text)")
@@ -69,6 +74,15 @@ class ServiceSettings(BaseSettings):
         if level not in logging.getLevelNamesMapping():
             raise ValueError(f"unknown log level {value!r}")
         return level
+
+    @model_validator(mode="after")
+    def _no_open_service_by_accident(self) -> "ServiceSettings":
+        # Safe by default: a keyless service is fine on loopback (development, tests),
+        # anywhere else the operator must say so.
+        if self.api_key is None and not self.allow_open and not is_loopback(self.host):
+            raise ValueError(f"no API key set while listening on {self.host}: set DENSEHYBRID_API_KEY "
+                             "(deploy/init-env.sh generates one), or DENSEHYBRID_ALLOW_OPEN=true to serve without one")
+        return self
 
     def redacted(self) -> dict:
         """The effective settings with secrets hidden, for the start-up log line."""
@@ -88,6 +102,16 @@ class Limits:
     max_k: int
     max_candidates: int
     max_request_texts: int
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def log_effective(settings: ServiceSettings) -> None:

@@ -139,7 +139,7 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
 
             rules = httpx.get(prom + "/api/v1/rules", timeout=10).json()["data"]["groups"]
             evaluated = [r for g in rules for r in g["rules"]]
-            assert len(evaluated) == 9 and all(r["health"] == "ok" for r in evaluated), evaluated
+            assert len(evaluated) == 11 and all(r["health"] == "ok" for r in evaluated), evaluated
             firing = {r["name"] for r in evaluated if r["state"] != "inactive"}
             assert not firing & {"DensehybridReplicaDown", "DensehybridNoReplicas", "DensehybridEmptyIndex"}, firing
         finally:
