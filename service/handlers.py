@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from dataclasses import dataclass
+
+import numpy as np
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -19,7 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from densehybrid.encoder.base import Encoded, Role, TokenizedText
 from densehybrid.index.searcher import SearchError
 from densehybrid.service.batcher import EncodeOutcome
-from densehybrid.service.errors import ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, SearchFailed
+from densehybrid.service.errors import (ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
+                                       SearchFailed)
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchParams
 
@@ -39,6 +43,14 @@ def require_index(rt: Runtime):
     if rt.index is None:
         raise NoIndex("no index loaded: this server runs encode-only (start it with --index DIR)")
     return rt.index
+
+
+def require_model(rt: Runtime, name: str | None) -> str:
+    """The served model's id; ``name`` (when given) must be it: one process serves one model."""
+    served = rt.encoder.spec.model_id
+    if name is not None and name != served:
+        raise NotFound(f"model {name!r} is not served here; this server serves {served!r}")
+    return served
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -74,22 +86,82 @@ def _record(request: Request, timing: dict[str, float]) -> dict[str, float]:
 
 
 # -- /encode -------------------------------------------------------------------
-async def encode(rt: Runtime, request: Request, texts: list[str], role: Role) -> dict:
+@dataclass(frozen=True)
+class EncodedTexts:
+    """One request's texts through tokenizer and worker: rows, token items and stage times."""
+
+    encoded: Encoded
+    items: list[TokenizedText]
+    timing: dict[str, float]
+
+    @property
+    def tokens(self) -> int:
+        return sum(item.length for item in self.items)
+
+
+async def encode_texts(rt: Runtime, request: Request, texts: list[str], role: Role, *,
+                       truncate: bool = True) -> EncodedTexts:
+    """The one encode path of every route that returns vectors (``/encode`` and the compatible APIs).
+
+    ``truncate=False`` refuses over-long texts (413) before they reach the worker."""
     require_ready(rt)
     started = time.perf_counter()
     items = await run_in_threadpool(rt.encoder.tokenize, texts, role)
     tokenized = time.perf_counter()
+    if not truncate:
+        _refuse_truncated(rt, items, role)
     outcome = await encode_for(rt, request, items, role)
-    encoded, spec = outcome.encoded, rt.encoder.spec
     timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "tokenize_ms": _ms(tokenized - started),
                                "encode_ms": round(outcome.encode_ms, 3), "total_ms": _ms(time.perf_counter() - started)})
+    return EncodedTexts(outcome.encoded, items, timing)
+
+
+def _refuse_truncated(rt: Runtime, items: list[TokenizedText], role: Role) -> None:
+    cut = [i for i, item in enumerate(items) if item.truncated]
+    if cut:
+        limit = rt.encoder.spec.max_length(role)
+        raise PayloadTooLarge(f"input {cut[0]} is longer than the {role} limit of {limit} tokens "
+                              "(send truncate=true to cut it to the limit)")
+
+
+async def encode(rt: Runtime, request: Request, texts: list[str], role: Role) -> dict:
+    done = await encode_texts(rt, request, texts, role)
+    encoded, spec = done.encoded, rt.encoder.spec
     return {
         "vectors": encoded.values.tolist(),
         "gates": None if encoded.gates is None else encoded.gates.tolist(),
         "dim": spec.dim, "gated_dim": spec.gated_dim, "kind": spec.kind, "role": role,
-        "truncated": [item.truncated for item in items],
-        "timing": timing,
+        "truncated": [item.truncated for item in done.items],
+        "timing": done.timing,
     }
+
+
+# -- rerank (the TEI and Cohere routes) -----------------------------------------
+def served_lambda(rt: Runtime) -> float:
+    """λ of the query's dense part: the served index's, else the model's."""
+    return float(rt.index.lam) if rt.index is not None else float(rt.encoder.spec.lam)
+
+
+def _score_passages(query: Encoded, passages: Encoded, gated_dim: int, lam: float) -> np.ndarray:
+    from densehybrid.index import gip
+
+    xq = gip.scale_queries(query.values, gated_dim, lam)
+    return gip.exhaustive(xq, query.gates, passages.values, passages.gates)[0]
+
+
+async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *, truncate: bool = True) -> np.ndarray:
+    """Scores of ``texts`` (as passages) for ``query``, with the served model's own score: the gated inner
+    product for kinds with gates, the inner product otherwise (the index's scores for the same pair)."""
+    started = time.perf_counter()
+    asked = await encode_texts(rt, request, [query], "query", truncate=truncate)
+    passages = await encode_texts(rt, request, texts, "passage", truncate=truncate)
+    scoring = time.perf_counter()
+    scores = await _in_search_pool(rt, _score_passages, asked.encoded, passages.encoded,
+                                   rt.encoder.spec.gated_dim, served_lambda(rt))
+    stages = ("queue_ms", "tokenize_ms", "encode_ms")
+    _record(request, {**{s: round(asked.timing[s] + passages.timing[s], 3) for s in stages},
+                      "score_ms": _ms(time.perf_counter() - scoring), "total_ms": _ms(time.perf_counter() - started)})
+    return scores
 
 
 # -- /search -------------------------------------------------------------------
@@ -182,5 +254,8 @@ def info(rt: Runtime) -> dict:
                    "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,
                    "queue_size": s.queue_size},
         "ready": rt.ready,
+        # text-embeddings-inference's top-level fields, for TEI clients
+        "model_id": spec.model_id, "max_input_length": spec.max_passage_length,
+        "max_client_batch_size": s.max_request_texts, "max_batch_tokens": s.max_batch_tokens,
     }
 
