@@ -1,9 +1,11 @@
-"""Text-embeddings-inference routes: ``POST /embed``, ``POST /rerank``, ``POST /`` (issue 13).
+"""Text-embeddings-inference routes: ``POST /embed``, ``/embed_sparse``, ``/rerank``, ``/`` (issue 13).
 
 For TEI clients (``huggingface_hub.InferenceClient``, LlamaIndex's and Haystack's TEI components).
 ``/embed`` returns the ``/encode`` rows, L2-normalized unless ``normalize`` is false. ``/rerank``
 scores each text as a passage against the query with the served model's own score (GIP for kinds
-with gates, inner product otherwise); ``raw_scores`` false applies a sigmoid as TEI does, which keeps
+with gates, inner product otherwise); ``/embed_sparse`` returns each text's V-dim lexical vector
+(DESIGN §2.1-§2.3, before DLR or aggregation) as its non-zero ``{"index", "value"}`` entries, and a 422
+for dense-only (``cls``) models; ``raw_scores`` false applies a sigmoid as TEI does, which keeps
 the order but saturates near 1 for large scores. As in TEI, ``truncate`` defaults to false: an
 over-long text is a 413 that names the limit. ``POST /`` is TEI's generic route: ``inputs`` (a text
 or texts -> embeddings; ``{"source_sentence", "sentences"}`` -> similarities) with optional
@@ -25,6 +27,11 @@ from densehybrid.service.schemas import JsonBool, Role, Text
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
                   "x-queue-time": "queue_ms", "x-inference-time": "encode_ms"}
 Direction = Literal["Right", "right"]
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="token id in the model's vocabulary")
+    value: float
 
 
 class RerankHit(BaseModel):
@@ -51,6 +58,14 @@ def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
         model_config = ConfigDict(extra="forbid", title="TeiEmbedRequest")
         inputs: Text | Texts
 
+    class EmbedSparseRequest(_TeiRequest):
+        model_config = ConfigDict(extra="forbid", title="TeiEmbedSparseRequest")
+        inputs: Text | Texts
+        truncate: JsonBool | None = Field(False, description="cut over-long texts to the max length (else 413)")
+        truncation_direction: Direction | None = Field(None, description="only right truncation")
+        prompt_name: None = Field(None, description="prompts are not supported")
+        input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
+
     class RerankRequest(_TeiRequest):
         model_config = ConfigDict(extra="forbid", title="TeiRerankRequest")
         query: Text
@@ -71,8 +86,8 @@ def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
         inputs: Text | Texts | SimilarityInputs
         parameters: EmbedOptions | None = Field(None, description="options of /embed, e.g. normalize")
 
-    return {"embed": EmbedRequest, "options": EmbedOptions, "rerank": RerankRequest, "generic": GenericRequest,
-            "similarity": SimilarityInputs}
+    return {"embed": EmbedRequest, "sparse": EmbedSparseRequest, "options": EmbedOptions, "rerank": RerankRequest,
+            "generic": GenericRequest, "similarity": SimilarityInputs}
 
 
 def _timing_headers(request: Request, response: Response) -> None:
@@ -91,6 +106,13 @@ def build_router(runtime: Runtime) -> APIRouter:
     async def embed(request: Request, response: Response, body: EmbedRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's embed: one vector per input (a list of lists even for one text)."""
         vectors = await embed_inputs(runtime, request, body.inputs, body)
+        _timing_headers(request, response)
+        return vectors
+
+    @router.post("/embed_sparse", response_model=list[list[SparseValue]])
+    async def embed_sparse(request: Request, response: Response, body: models["sparse"] = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's embed_sparse: each text's lexical vector over the vocabulary, its non-zero entries."""
+        vectors = await sparse_inputs(runtime, request, body)
         _timing_headers(request, response)
         return vectors
 
@@ -118,6 +140,14 @@ async def embed_inputs(rt: Runtime, request: Request, inputs, options) -> list[l
     if options.normalize:
         values = values / np.maximum(np.linalg.norm(values, axis=1, keepdims=True), 1e-12)
     return values.tolist()
+
+
+async def sparse_inputs(rt: Runtime, request: Request, body) -> list[list[dict]]:
+    texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
+    done = await handlers.encode_texts(rt, request, texts, body.input_type, truncate=bool(body.truncate),
+                                       output="lexical")
+    return [[{"index": int(i), "value": float(v)} for i, v in zip(sparse.indices, sparse.values)]
+            for sparse in done.encoded]
 
 
 async def rerank_texts(rt: Runtime, request: Request, body) -> list[dict]:

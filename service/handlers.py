@@ -19,9 +19,9 @@ import numpy as np
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from densehybrid.encoder.base import Encoded, Role, TokenizedText
+from densehybrid.encoder.base import Encoded, Role, SparseVector, TokenizedText
 from densehybrid.index.searcher import SearchError
-from densehybrid.service.batcher import EncodeOutcome
+from densehybrid.service.batcher import EncodeOutcome, Output
 from densehybrid.service.errors import (ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                        SearchFailed)
 from densehybrid.service.runtime import Runtime
@@ -59,9 +59,10 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-async def encode_for(rt: Runtime, request: Request, items: list[TokenizedText], role: Role) -> EncodeOutcome:
+async def encode_for(rt: Runtime, request: Request, items: list[TokenizedText], role: Role,
+                     output: Output = "vectors") -> EncodeOutcome:
     """Encode through the worker; a client that disconnects first takes its job out of the queue."""
-    job = asyncio.ensure_future(rt.batcher.encode(items, role, rt.settings.request_timeout_s))
+    job = asyncio.ensure_future(rt.batcher.encode(items, role, rt.settings.request_timeout_s, output))
     watcher = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
         await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -90,7 +91,7 @@ def _record(request: Request, timing: dict[str, float]) -> dict[str, float]:
 class EncodedTexts:
     """One request's texts through tokenizer and worker: rows, token items and stage times."""
 
-    encoded: Encoded
+    encoded: Encoded | list[SparseVector]
     items: list[TokenizedText]
     timing: dict[str, float]
 
@@ -100,17 +101,21 @@ class EncodedTexts:
 
 
 async def encode_texts(rt: Runtime, request: Request, texts: list[str], role: Role, *,
-                       truncate: bool = True) -> EncodedTexts:
+                       truncate: bool = True, output: Output = "vectors") -> EncodedTexts:
     """The one encode path of every route that returns vectors (``/encode`` and the compatible APIs).
 
-    ``truncate=False`` refuses over-long texts (413) before they reach the worker."""
+    ``truncate=False`` refuses over-long texts (413) before they reach the worker; ``output="lexical"``
+    asks for the lexical vectors, refused (422) for models without one."""
     require_ready(rt)
+    if output == "lexical" and not rt.encoder.has_lexical:
+        raise InvalidRequest(f"the served model ({rt.encoder.spec.kind!r}) is dense-only: it has no lexical "
+                             "vector over the vocabulary; use /embed")
     started = time.perf_counter()
     items = await run_in_threadpool(rt.encoder.tokenize, texts, role)
     tokenized = time.perf_counter()
     if not truncate:
         _refuse_truncated(rt, items, role)
-    outcome = await encode_for(rt, request, items, role)
+    outcome = await encode_for(rt, request, items, role, output)
     timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "tokenize_ms": _ms(tokenized - started),
                                "encode_ms": round(outcome.encode_ms, 3), "total_ms": _ms(time.perf_counter() - started)})
     return EncodedTexts(outcome.encoded, items, timing)

@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import torch
 from huggingface_hub import InferenceClient
 from langchain_openai import OpenAIEmbeddings
 
@@ -145,6 +146,25 @@ def test_tei_truncate(client):
     assert client.post("/embed", json={"inputs": "x", "truncation_direction": "Left"}).status_code == 422
 
 
+def test_tei_embed_sparse_is_the_lexical_vector_behind_the_dlr(client):
+    """Densifying the returned vocabulary vector (DESIGN §2.5) gives /encode's gated values and gates."""
+    from densehybrid.encoder.representations import densify
+
+    r = client.post("/embed_sparse", json={"inputs": TEXTS, "input_type": "passage"})
+    assert r.status_code == 200 and float(r.headers["x-inference-time"]) >= 0
+    want = encode(client, TEXTS, "passage")
+    gated = want["gated_dim"]
+    for entries, row, gates in zip(r.json(), want["vectors"], want["gates"]):
+        assert entries and all(e["value"] > 0 for e in entries)
+        assert [e["index"] for e in entries] == sorted({e["index"] for e in entries})
+        lexical = torch.zeros(30522)
+        lexical[[e["index"] for e in entries]] = torch.tensor([e["value"] for e in entries])
+        values, dlr_gates = densify(lexical[None], gated)
+        np.testing.assert_allclose(values[0].numpy(), row[:gated], rtol=1e-6)
+        assert dlr_gates[0].tolist() == gates
+    assert client.post("/embed_sparse", json={"inputs": ["x"] * (LIMIT + 1)}).status_code == 413
+
+
 def test_tei_rerank_uses_the_gated_inner_product(client):
     want = expected_scores(client, QUERY, DOCS, lam=0.5)  # the index's lambda
     raw = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "raw_scores": True, "return_text": True}).json()
@@ -208,6 +228,13 @@ def test_cohere_v1_rerank_returns_documents(server, client):
     assert r.status_code == 413 and str(LIMIT) in r.json()["error"]["message"]
 
 
+def test_embed_sparse_refuses_dense_only_models():
+    with LiveServer(create_app(ServiceSettings(max_wait_ms=1), encoder=FakeEncoder("cls"))) as live:
+        r = httpx.post(f"{live.url}/embed_sparse", json={"inputs": "x"})
+        assert r.status_code == 422 and "dense-only" in r.json()["error"]["message"]
+        assert httpx.post(f"{live.url}/embed", json={"inputs": "x"}).status_code == 200
+
+
 # -- the API key guards the compatible routes too -----------------------------------
 def test_api_key_guards_compatible_routes():
     settings = ServiceSettings(api_key="s3cret", max_wait_ms=1)
@@ -218,7 +245,7 @@ def test_api_key_guards_compatible_routes():
         assert len(ok.embeddings.create(model=MODEL, input="x").data) == 1
         with httpx.Client(base_url=live.url) as c:
             for path, body in (("/embed", {"inputs": "x"}), ("/rerank", {"query": "x", "texts": ["y"]}),
-                               ("/", {"inputs": "x"}), ("/v2/rerank", {"query": "x", "documents": ["y"]})):
+                               ("/", {"inputs": "x"}), ("/embed_sparse", {"inputs": "x"}), ("/v2/rerank", {"query": "x", "documents": ["y"]})):
                 assert c.post(path, json=body).status_code == 401, path
         with pytest.raises(cohere.errors.UnauthorizedError):
             cohere.ClientV2(api_key="wrong", base_url=live.url).rerank(model=MODEL, query="x", documents=["y"])
