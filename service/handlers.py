@@ -23,7 +23,7 @@ from densehybrid.encoder.base import Encoded, Role, SparseVector, TokenizedText
 from densehybrid.index.searcher import SearchError
 from densehybrid.service.batcher import EncodeOutcome, Output
 from densehybrid.service.errors import (ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
-                                       SearchFailed)
+                                        SearchFailed)
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchParams
 
