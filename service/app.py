@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from densehybrid.encoder.base import Encoder
+from densehybrid.service import compat_cohere, compat_openai, compat_tei
 from densehybrid.service.errors import install_error_handlers
 from densehybrid.service.docs_assets import declare_bearer_auth, install_offline_docs
 from densehybrid.service.metrics import ServiceMetrics
@@ -54,6 +55,9 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     app.include_router(build_router(runtime))
     install_offline_docs(app)
     install_search_page(app, runtime)
+
+    for compat in (compat_openai, compat_tei, compat_cohere):  # client-compatible APIs (issue 13)
+        app.include_router(compat.build_router(runtime))
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],

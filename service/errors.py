@@ -1,7 +1,9 @@
 """One exception hierarchy for the service and one mapping to HTTP (DESIGN §5).
 
 Every error leaves as ``{"error": {"type": ..., "message": ...}}`` with its
-status; 429 adds ``Retry-After``. Handlers raise :class:`ServiceError`
+status; 429 adds ``Retry-After``. The OpenAI-compatible routes (``/v1/embeddings``,
+``/v1/models``) answer in OpenAI's shape ``{"error": {"message", "type", "code"}}``
+so that its SDKs raise their own typed errors. Handlers raise :class:`ServiceError`
 subclasses; validation errors of FastAPI and routing errors of Starlette are
 mapped here too, so that no other module decides a status code.
 """
@@ -18,7 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger(__name__)
 
 # request-size limits live in the schemas as max_length; exceeding them is a 413, not a 422
-_SIZE_LIMITED_FIELDS = {("body", "queries"), ("body", "texts")}
+_SIZE_LIMITED_FIELDS = {("body", "queries"), ("body", "texts"), ("body", "input"), ("body", "inputs"),
+                        ("body", "documents")}
+OPENAI_PATHS = ("/v1/embeddings", "/v1/models")
 
 
 class ServiceError(Exception):
@@ -86,12 +90,17 @@ class SearchFailed(ServiceError):
     status, type = 500, "search_error"
 
 
-def error_body(error_type: str, message: str) -> dict:
+def error_body(error_type: str, message: str, status: int = 500, path: str = "") -> dict:
+    if path.startswith(OPENAI_PATHS):
+        # OpenAI's families of `type`; our finer type goes to `code`
+        family = "server_error" if status >= 500 else "invalid_request_error"
+        return {"error": {"message": message, "type": family, "code": error_type}}
     return {"error": {"type": error_type, "message": message}}
 
 
-def service_error_response(exc: ServiceError) -> JSONResponse:
-    return JSONResponse(error_body(exc.type, exc.message), status_code=exc.status, headers=exc.headers)
+def service_error_response(exc: ServiceError, path: str = "") -> JSONResponse:
+    return JSONResponse(error_body(exc.type, exc.message, exc.status, path), status_code=exc.status,
+                        headers=exc.headers)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -102,36 +111,36 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts)
 
 
-def validation_error_response(exc: RequestValidationError) -> JSONResponse:
+def validation_error_response(exc: RequestValidationError, path: str = "") -> JSONResponse:
     errors = exc.errors()
     if any(e.get("type") == "too_long" and tuple(e.get("loc", ()))[:2] in _SIZE_LIMITED_FIELDS for e in errors):
-        return service_error_response(PayloadTooLarge(_validation_message(exc)))
-    return service_error_response(InvalidRequest(_validation_message(exc)))
+        return service_error_response(PayloadTooLarge(_validation_message(exc)), path)
+    return service_error_response(InvalidRequest(_validation_message(exc)), path)
 
 
-def http_error_response(exc: StarletteHTTPException) -> JSONResponse:
+def http_error_response(exc: StarletteHTTPException, path: str = "") -> JSONResponse:
     if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. invalid UTF-8): a malformed request
-        return service_error_response(InvalidRequest(f"malformed request body: {exc.detail}"))
+        return service_error_response(InvalidRequest(f"malformed request body: {exc.detail}"), path)
     kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
-    body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail))
+    body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail), exc.status_code, path)
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_service_error(_: Request, exc: ServiceError) -> JSONResponse:
+    async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
         if exc.status >= 500:
             log.warning("request failed: %s: %s", exc.type, exc.message)
-        return service_error_response(exc)
+        return service_error_response(exc, request.url.path)
 
-    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error_response(exc)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error_response(exc, request.url.path)
 
-    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return http_error_response(exc)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return http_error_response(exc, request.url.path)
 
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return service_error_response(ServiceError("internal error"))
+        return service_error_response(ServiceError("internal error"), request.url.path)
 
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

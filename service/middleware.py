@@ -77,7 +77,7 @@ class ServiceMiddleware:
         try:
             refusal = self._refusal(scope, headers)
             if refusal is not None:
-                await service_error_response(refusal)(scope, receive, send_with_headers)
+                await service_error_response(refusal, scope["path"])(scope, receive, send_with_headers)
             else:
                 await self.app(scope, self._limited(receive), send_with_headers)
         finally:

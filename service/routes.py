@@ -3,6 +3,7 @@
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from densehybrid.service import handlers
 from densehybrid.service.metrics import CONTENT_TYPE
@@ -18,6 +19,12 @@ _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in
     500: "encoding or search failed for this request",
     503: "not ready, no index loaded, or timed out",
 }.items()}
+
+
+def error_responses(body: type[BaseModel] = ErrorBody, more: dict[int, str] | None = None) -> dict:
+    """The documented error statuses, with ``body`` as their schema, plus ``more`` ({status: description})."""
+    texts = {status: doc["description"] for status, doc in _ERRORS.items()} | (more or {})
+    return {status: {"model": body, "description": text} for status, text in texts.items()}
 
 
 def build_router(runtime: Runtime) -> APIRouter:

@@ -33,6 +33,7 @@ def _json_number(value):
 
 JsonInt = Annotated[int, BeforeValidator(_json_number)]
 JsonFloat = Annotated[float, BeforeValidator(_json_number)]
+PositiveInt = Annotated[int, Ge(1), BeforeValidator(_json_number)]  # constraint first: it reaches the JSON schema
 JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
@@ -208,6 +209,10 @@ class Info(BaseModel):
     index: IndexInfo | None
     limits: dict[str, int]
     ready: bool
+    model_id: str = Field(description="TEI's field: the served model")
+    max_input_length: int = Field(description="TEI's field: the longest text in tokens (passage side)")
+    max_client_batch_size: int = Field(description="TEI's field: texts per request")
+    max_batch_tokens: int = Field(description="TEI's field: padded tokens per forward")
 
 
 class ErrorDetail(BaseModel):
@@ -217,3 +222,15 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str
+
+
+class OpenAIErrorBody(BaseModel):
+    """The error object of the OpenAI-compatible routes."""
+
+    error: OpenAIErrorDetail
