@@ -55,7 +55,6 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     app.include_router(build_router(runtime))
     install_offline_docs(app)
     install_search_page(app, runtime)
-
     for compat in (compat_openai, compat_tei, compat_cohere):  # client-compatible APIs (issue 13)
         app.include_router(compat.build_router(runtime))
     if settings.cors_origins:
