@@ -23,8 +23,9 @@ EXAMPLES = 40
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("schema-index"), count=60)
-    # the default 1 MiB body limit: the schema cannot express it, and generated bodies stay far below it
-    settings = ServiceSettings(max_k=100, max_request_texts=8, api_key="k3y")
+    # limits the schema cannot express stay out of reach of schema-valid requests: the 1 MiB body limit
+    # (generated bodies stay far below it) and the explained-hits cap (queries x k, set to its maximum)
+    settings = ServiceSettings(max_k=100, max_request_texts=8, max_explain_hits=800, api_key="k3y")
     with LiveServer(create_app(settings, encoder=FakeEncoder("dhr"), index=load_index(index_dir))) as server:
         yield server
 
