@@ -152,3 +152,35 @@ def test_the_implied_weight_on_one_half_equals_the_other_half(tmp_path):
     by_queries = spread_ratio(lexical[even], dense[even]), spread_ratio(lexical[odd], dense[odd])
     for a, b in (by_corpus, by_queries):
         assert abs(a - b) / max(a, b) < 0.15, (a, b)
+
+
+def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusion(tmp_path, fake_models):
+    import json
+
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+    from densehybrid.index.build import read_corpus
+    from densehybrid.index.store import load_index
+    from test_build import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 30)
+    docs = list(read_corpus(corpus))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": docs[i].text}) + "\n" for i in range(4)))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\tp{i}\t1\n" for i in range(4)))
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
+                                "--out", str(tmp_path / "ix"), "--no-progress", "--fusion", "minmax"])
+    assert built.exit_code == 0, built.output
+    assert load_index(tmp_path / "ix").manifest["fusion"] == {"method": "minmax", "dense_weight": 0.5}
+    common = ["eval", "--index", str(tmp_path / "ix"), "--queries", str(tmp_path / "queries.jsonl"),
+              "--qrels", str(tmp_path / "qrels.tsv")]
+    table = runner.invoke(app, common)
+    assert table.exit_code == 0, table.output
+    lines = [line for line in table.output.splitlines() if "alone" in line or "fusion (" in line]
+    assert len(lines) == 3 and "lexical part alone" in lines[0] and "dense part alone" in lines[1]
+    assert "fusion (minmax)" in lines[2]
+    with_lambda = runner.invoke(app, common + ["--lambda", "3"])
+    assert "fusion (lambda, λ = 3)" in with_lambda.output
+    refused = runner.invoke(app, common + ["--fusion", "rrf"])
+    assert refused.exit_code == 2 and "one of" in refused.output
