@@ -32,6 +32,7 @@ class SearchParams:
     theta: float
     rerank: bool
     lam: float | None
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class SearchBatcher:
     def _search_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
         found = self.searcher.search(Encoded.concat([q for q, _ in jobs]), k=params.k, first_stage=params.first_stage,
                                      candidates=params.candidates, theta=params.theta, rerank=params.rerank,
-                                     lam=params.lam)
+                                     lam=params.lam, method=params.method)
         total = len(found.ids)
         self.on_group(total)
         offset = 0

@@ -184,3 +184,29 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     assert "fusion (lambda, λ = 3)" in with_lambda.output
     refused = runner.invoke(app, common + ["--fusion", "rrf"])
     assert refused.exit_code == 2 and "one of" in refused.output
+
+
+def test_live_server_search_picks_the_fusion_method_per_request(tmp_path):
+    import httpx
+
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.bench.servers import LiveServer, build_toy_index
+    from densehybrid.index.store import load_index
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+
+    index_dir = build_toy_index(FakeEncoder("fusion"), tmp_path, count=60)
+    encoder, searcher = FakeEncoder("fusion"), Searcher(load_index(index_dir))
+    query = "gated inner product of term weights"
+    app = create_app(ServiceSettings(max_wait_ms=5), encoder=FakeEncoder("fusion"), index=load_index(index_dir))
+    with LiveServer(app) as live, httpx.Client(base_url=live.url, timeout=30) as client:
+        for body, method in [({"fusion": "zscore"}, "zscore"), ({"fusion": "dense", "lambda": 4.0}, "dense"),
+                             ({"lambda": 4.0}, None), ({}, None)]:
+            r = client.post("/search", json={"query": query, "k": 8, **body})
+            assert r.status_code == 200, r.text
+            want = searcher.search(encoder.encode([query], "query"), k=8, lam=body.get("lambda"), method=method)
+            assert [h["id"] for h in r.json()["results"]] == want.ids[0]
+            assert [h["score"] for h in r.json()["results"]] == want.scores[0]
+        refused = client.post("/search", json={"query": query, "fusion": "rrf"})
+        assert refused.status_code == 422 and set(refused.json()["error"]) == {"type", "message"}
+        assert client.post("/search", json={"query": query}).status_code == 200  # still serving
