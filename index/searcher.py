@@ -3,7 +3,8 @@
 ``Searcher.search`` takes encoded queries (raw, as encoders return them), scales
 their open part by λ for ``dhr``/``fusion``, runs the first stage (Faiss ``ip``
 or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
-for gated kinds, and returns ids, scores, rows and per-stage times. Ties are
+for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
+separately, normalised over the candidates and mixed), and returns ids, scores, rows and per-stage times. Ties are
 ordered by row number, so equal inputs give equal outputs on every run.
 """
 
