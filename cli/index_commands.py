@@ -18,6 +18,7 @@ from rich.table import Table
 
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.index import commands, flat
+from densehybrid.index.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.evaluate import EvalInputError
 from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
@@ -43,6 +44,16 @@ def _check_first_stage(value: str) -> str:
     return value
 
 
+def _check_fusion(value: str | None) -> str | None:
+    if value is not None and value not in FUSION_METHODS:
+        raise typer.BadParameter(f"one of {', '.join(FUSION_METHODS)}")
+    return value
+
+
+_FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (zscore, minmax: per-query normalised; "
+                "lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
+
+
 @index_app.command("build")
 @with_encoder_options
 def index_build(
@@ -56,6 +67,8 @@ def index_build(
     pq_m: int = typer.Option(0, "--pq", min=0, help="IndexPQ first stage with this many sub-quantizers (0: exact FlatIP)"),
     pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
+    fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
+                               help="dhr/fusion: the searches' default mix of the two parts (recorded in the manifest)"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
     encoder: EncoderOptions = None,
 ) -> None:
@@ -64,7 +77,7 @@ def index_build(
         raise typer.BadParameter("--model is required")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda else encoder.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
-                           name=name, progress=not no_progress)
+                           name=name, progress=not no_progress, fusion_method=fusion)
     try:
         model = commands.load_model(encoder.model, encoder.load_kwargs())
         start = time.perf_counter()
@@ -93,6 +106,7 @@ def search(
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
+    fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
     encoder: EncoderOptions = None,
 ) -> None:
     """Search an index with one query; prints rank, id, score, a snippet and the stage times.
@@ -103,7 +117,7 @@ def search(
         index, model = _load(index_dir, encoder)
         searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
-                                      theta=theta, rerank=not no_rerank, lam=encoder.lam)
+                                      theta=theta, rerank=not no_rerank, lam=encoder.lam, method=fusion)
     except _KNOWN_ERRORS as exc:
         raise _fail(exc) from exc
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
@@ -128,26 +142,35 @@ def eval_command(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only (no exact GIP)"),
     bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
+    fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
     encoder: EncoderOptions = None,
 ) -> None:
-    """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries."""
+    """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries.
+
+    A fused index (dhr, fusion) also gets a row for each part alone, in the same table.
+    """
     try:
         index = load_index(index_dir)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
-        outcome = commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
-                                    device=resolve_search_device(search_device, index),
-                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
-                                    rerank=not no_rerank)
+        search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
+                             rerank=not no_rerank, device=resolve_search_device(search_device, index))
+        if as_json:  # the asked-for system only, as before
+            outcomes = {"": commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
+                                              method=fusion, **search_kwargs)}
+        else:
+            outcomes = commands.eval_rows(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
+                                          method=fusion, **search_kwargs)
     except _KNOWN_ERRORS as exc:
         raise _fail(exc) from exc
+    last = list(outcomes.values())[-1]
     if as_json:
-        typer.echo(json.dumps(outcome.metrics))
+        typer.echo(json.dumps(last.metrics))
         return
-    what = "BM25" if bm25 else f"{index.spec.kind} ({index.spec.model_id})"
-    table = Table("system", *outcome.metrics, title=f"{index.name}: {outcome.queries} judged queries")
-    table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
+    table = Table("system", *last.metrics, title=f"{index.name}: {last.queries} judged queries")
+    for what, outcome in outcomes.items():
+        table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
     console.print(table)
-    console.print("  ".join(f"{key} {value:.1f}" for key, value in outcome.timing.items()))
+    console.print("  ".join(f"{key} {value:.1f}" for key, value in last.timing.items()))
 
 
 def register(app: typer.Typer) -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec
-from densehybrid.index import flat, lambda_auto, shards, store
+from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
+from densehybrid.index import flat, fusion, lambda_auto, shards, store
 from densehybrid.index.store import Document, IndexWriteError
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: flat.PQConfig | None = None
+    # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion)
+    fusion_method: str = "lambda"
     name: str | None = None
     resume: bool = False
     overwrite: bool = False
@@ -114,6 +116,15 @@ def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[floa
     return lambda_auto.choose(encoder, texts, values, gates)
 
 
+def fusion_record(spec: EncoderSpec, method: str) -> dict:
+    """The manifest's ``fusion`` entry: the default weighting of a fused kind's parts ({} otherwise)."""
+    if spec.kind not in SCALED_KINDS:
+        return {}
+    if method not in fusion.FUSION_METHODS:
+        raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(fusion.FUSION_METHODS)}")
+    return {"fusion": {"method": method, "dense_weight": fusion.DEFAULT_DENSE_WEIGHT}}
+
+
 def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions()) -> Path:
     """Build and publish an index of ``corpus`` at ``out``; returns ``out``."""
     corpus, out = Path(corpus), Path(out)
@@ -121,6 +132,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         raise ValueError("batch_size and shard_size must be >= 1")
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
+    fusion_info = fusion_record(encoder.spec, options.fusion_method)
     total = count_corpus(corpus)
     work = shards.work_dir(out)
     shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
@@ -132,7 +144,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
         extra={"lambda": lam_info, "build": {"corpus_sha256": store.sha256_file(corpus), "batch_size": options.batch_size,
-                                              "shard_size": options.shard_size}},
+                                              "shard_size": options.shard_size}, **fusion_info},
     )
     store.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
@@ -142,7 +154,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: flat.PQConfig | None = None, name: str | None = None,
-                      shard_size: int = 65_536) -> Path:
+                      shard_size: int = 65_536, fusion_method: str = "lambda") -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools)."""
     out = Path(out)
     if out.exists():
@@ -156,7 +168,8 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
     store.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
-                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"}, extra={"lambda": {"method": "fixed"}})
+                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
+                         extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method)})
     store.publish(staged, out)
     shards.finish(work)
     return out

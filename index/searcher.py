@@ -3,7 +3,8 @@
 ``Searcher.search`` takes encoded queries (raw, as encoders return them), scales
 their open part by λ for ``dhr``/``fusion``, runs the first stage (Faiss ``ip``
 or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
-for gated kinds, and returns ids, scores, rows and per-stage times. Ties are
+for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
+separately, normalised over the candidates and mixed), and returns ids, scores, rows and per-stage times. Ties are
 ordered by row number, so equal inputs give equal outputs on every run.
 """
 
@@ -17,7 +18,7 @@ from typing import Literal
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
-from densehybrid.index import flat, gip
+from densehybrid.index import flat, fusion, gip
 from densehybrid.index.device_search import TorchFlatIndex, search_devices
 from densehybrid.index.store import IndexFiles, IndexMismatchError
 
@@ -71,6 +72,18 @@ class SearchResults:
 
 def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000.0
+
+
+def resolve_method(index: IndexFiles, method: str | None, lam: float | None) -> str:
+    """The weighting a search of ``index`` uses: the one asked for; else the raw λ sum when a λ is
+    given (a per-request λ keeps its meaning); else the index's default. Unscaled kinds: ``lambda``."""
+    if index.spec.kind not in SCALED_KINDS:
+        return "lambda"
+    if method is None:
+        return "lambda" if lam is not None else index.fusion_method
+    if method not in fusion.FUSION_METHODS:
+        raise SearchError(f"unknown fusion method {method!r}; use one of {', '.join(fusion.FUSION_METHODS)}")
+    return method
 
 
 class Searcher:
@@ -134,15 +147,46 @@ class Searcher:
         scores, rows = flat.search(self._faiss, xq, depth)
         return gip.sort_by_score(scores, rows, depth)
 
+    def fusion_method(self, method: str | None, lam: float | None) -> str:
+        return resolve_method(self.index, method, lam)
+
+    def _part_query(self, xq: np.ndarray, method: str) -> np.ndarray:
+        """A one-part method searches with the other part's dims zeroed; the others with ``xq`` as is."""
+        if method not in ("lexical", "dense"):
+            return xq
+        lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
+        return lexical if method == "lexical" else dense
+
+    def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
+                      dense_weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """Exact part scores of the candidates, normalised per query over them and mixed; top ``k``."""
+        valid = rows >= 0
+        safe_rows = np.where(valid, rows, 0)
+        lexical_q, dense_q = fusion.split_query(xq, self.spec.gated_dim)
+        lexical = gip.score_rows(lexical_q, gq, self.index.values, self.index.gates, safe_rows)
+        dense = gip.score_rows(dense_q, gq, self.index.values, self.index.gates, safe_rows)
+        fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, valid=valid)
+        return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
+
     def search(self, queries: Encoded, *, k: int = 10, first_stage: FirstStage = "ip", candidates: int = 1000,
-               theta: float = 0.1, rerank: bool = True, lam: float | None = None) -> SearchResults:
-        """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking."""
+               theta: float = 0.1, rerank: bool = True, lam: float | None = None, method: str | None = None,
+               dense_weight: float | None = None) -> SearchResults:
+        """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking.
+
+        ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
+        (see ``fusion_method``); the normalised ones (``zscore``, ``minmax``) take their first-stage
+        candidates from the λ sum and normalise each part over them, so they need the rerank.
+        """
         self._check(queries, k, first_stage, candidates)
+        method = self.fusion_method(method, lam)
+        dense_weight = self.index.dense_weight if dense_weight is None else dense_weight
+        if not 0.0 <= dense_weight <= 1.0:
+            raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
         n = self.index.count
         if len(queries) == 0 or n == 0:
             empty = [[] for _ in range(len(queries))]
             return SearchResults(empty, [list(e) for e in empty], [list(e) for e in empty], {"search_ms": 0.0, "rerank_ms": 0.0})
-        xq = self.scale(queries.values, lam)
+        xq = self._part_query(self.scale(queries.values, lam), method)
         gq = queries.gates if self.reranks else None
         second = rerank and self.reranks
         depth = min(n, max(k, candidates) if second else k)
@@ -150,7 +194,9 @@ class Searcher:
         scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
         search_ms = _ms(start)
         start = time.perf_counter()
-        if second and self._torch is not None:
+        if second and method in fusion.NORMALISED_METHODS:
+            scores, rows = self._fused_rerank(xq, gq, rows, k, method, dense_weight)
+        elif second and self._torch is not None:
             scores, rows = self._torch.rerank(xq, gq, rows, k)
         elif second:
             scores, rows = gip.rerank(xq, gq, self.index.values, self.index.gates, rows, k)

@@ -34,6 +34,7 @@ import faiss
 import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
+from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,17 @@ class IndexFiles:
     def lam(self) -> float:
         """The index's default λ for the dense part of ``dhr``/``fusion`` queries."""
         return float(self.manifest["lam"])
+
+    @property
+    def fusion_method(self) -> str:
+        """How ``dhr``/``fusion`` searches mix the two parts by default (``index.fusion``); indexes
+        built before the manifest recorded it use the raw λ sum."""
+        return str(self.manifest.get("fusion", {}).get("method", "lambda"))
+
+    @property
+    def dense_weight(self) -> float:
+        """The dense part's weight in the normalised fusion methods."""
+        return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
 
     def row_of(self, doc_id: str) -> int | None:
         if self._row_by_id is None:

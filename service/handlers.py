@@ -228,7 +228,7 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     if k == 0:
         per_query, search_ms, rerank_ms = [[] for _ in texts], 0.0, 0.0
     else:
-        params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam)
+        params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion)
         try:
             found = await rt.search_batcher.search(outcome.encoded, params)
         except SearchError as exc:

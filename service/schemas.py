@@ -37,6 +37,8 @@ PositiveInt = Annotated[int, Ge(1), BeforeValidator(_json_number)]  # constraint
 JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
+# index.fusion.FUSION_METHODS, spelled out for the schema
+FusionMethod = Literal["lambda", "zscore", "minmax", "lexical", "dense"]
 Role = Literal["query", "passage"]
 
 
@@ -76,6 +78,10 @@ def request_models(limits: Limits) -> RequestModels:
         rerank: JsonBool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
         lam: Lambda | None = Field(None, alias="lambda",
                                   description="weight of the query's dense part; default: the index's")
+        fusion: FusionMethod | None = Field(
+            None, description="dhr/fusion: how the lexical and dense parts mix (zscore, minmax: normalised per query "
+                              "over the candidates; lambda: raw sum; lexical, dense: one part alone); default: the "
+                              "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
 

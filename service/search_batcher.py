@@ -32,6 +32,7 @@ class SearchParams:
     theta: float
     rerank: bool
     lam: float | None
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class SearchBatcher:
     def _search_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
         found = self.searcher.search(Encoded.concat([q for q, _ in jobs]), k=params.k, first_stage=params.first_stage,
                                      candidates=params.candidates, theta=params.theta, rerank=params.rerank,
-                                     lam=params.lam)
+                                     lam=params.lam, method=params.method)
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
