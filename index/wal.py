@@ -201,7 +201,10 @@ class WriteAheadLog:
             pass  # the buffered bytes that could not be flushed are discarded with the handle
         with open(path, "r+b") as f:
             f.truncate(start)
-            os.fsync(f.fileno())
+            try:
+                os.fsync(f.fileno())
+            except OSError as exc:  # readers see the cut; after a crash the frame, whole or torn, is at most this one
+                log.warning("%s: cannot fsync the roll-back to %d bytes (%s)", path, start, exc)
         self._file = open(path, "ab")
 
     def rotate(self) -> int:

@@ -51,12 +51,13 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     install_error_handlers(app)
     app.include_router(build_router(runtime))
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["Server-Timing", "X-Request-ID", "Retry-After"])
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    write_key = settings.write_api_key.get_secret_value() if settings.write_api_key is not None else None
     app.add_middleware(ServiceMiddleware, metrics=runtime.metrics, api_key=api_key,
-                       max_body_bytes=settings.max_body_bytes)
+                       max_body_bytes=settings.max_body_bytes, write_api_key=write_key)
     return app
 
 
