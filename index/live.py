@@ -49,6 +49,11 @@ class Delta:
     hidden: frozenset[int] = frozenset()
     changes: int = 0
     row_of: dict[str, int] = field(default_factory=dict)
+    values16: np.ndarray | None = None  # values as a stored generation holds them (the rerank reads these)
+
+    def __post_init__(self):
+        if self.values is not None and self.values16 is None:
+            object.__setattr__(self, "values16", self.values.astype(np.float16))
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -111,20 +116,29 @@ def apply(delta: Delta, base: IndexFiles, change: Change, *, replaying: bool = F
 
 # -- search --------------------------------------------------------------------------------
 
-def _delta_scores(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
-                  theta: float, second: bool) -> np.ndarray:
-    """(Q, n) scores of every delta row, as the base would score them at this stage."""
-    values16 = delta.values.astype(np.float16)  # the precision a compacted generation stores
-    gates = delta.gates if searcher.reranks else None
-    if second:
-        rows = np.ascontiguousarray(np.broadcast_to(np.arange(len(delta)), (len(xq), len(delta))))
-        return gip.score_rows(xq, gq, values16, gates, rows)
+def _delta_first_stage(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
+                       theta: float) -> np.ndarray:
+    """(Q, n) first-stage scores of every delta row, as the base's first stage scores its rows."""
     if first_stage == "approx_gip":
-        scores, rows = gip.approx_topk(xq, gq, values16, gates, theta, len(delta))
+        scores, rows = gip.approx_topk(xq, gq, delta.values16, delta.gates if searcher.reranks else None, theta,
+                                       len(delta))
         out = np.empty_like(scores)
         np.put_along_axis(out, rows, scores, 1)
         return out
     return xq @ delta.values.T
+
+
+def _delta_hits(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
+                candidates: int, theta: float, second: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, delta rows) (Q, m) of the delta, two stages like the base: the top ``candidates`` of the
+    first stage, reranked by exact GIP (on float16 values, as a stored generation holds them)."""
+    scores = _delta_first_stage(searcher, delta, xq, gq, first_stage, theta)
+    rows = np.broadcast_to(np.arange(len(delta), dtype=np.int64), scores.shape)
+    if not second:
+        return scores, rows
+    if candidates < len(delta):
+        scores, rows = gip.sort_by_score(scores, np.ascontiguousarray(rows), candidates)
+    return gip.score_rows(xq, gq, delta.values16, delta.gates, np.ascontiguousarray(rows)), rows
 
 
 def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int, first_stage: str = "ip",
@@ -139,17 +153,18 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
     found = searcher.search(queries, k=min(k + hidden, max(base.count, 1)), first_stage=first_stage,
                             candidates=min(candidates + hidden, MAX_CANDIDATES), theta=theta, rerank=rerank, lam=lam)
     started = time.perf_counter()
-    extra = np.empty((len(queries), 0), np.float32)
+    extra_scores = np.empty((len(queries), 0), np.float32)
+    extra_rows = np.empty((len(queries), 0), np.int64)
     if len(delta):
         xq = searcher.scale(queries.values, lam)
         gq = queries.gates if searcher.reranks else None
-        extra = _delta_scores(searcher, delta, xq, gq, first_stage, theta, rerank and searcher.reranks)
+        extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, first_stage, candidates, theta,
+                                               rerank and searcher.reranks)
     ids, scores, rows = [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
-        q_rows = np.array([found.rows[q][i] for i in keep] + list(range(base.count, base.count + len(delta))),
-                          dtype=np.int64)
-        q_scores = np.array([found.scores[q][i] for i in keep] + list(extra[q]), dtype=np.float32)
+        q_rows = np.array([found.rows[q][i] for i in keep] + list(extra_rows[q] + base.count), dtype=np.int64)
+        q_scores = np.array([found.scores[q][i] for i in keep] + list(extra_scores[q]), dtype=np.float32)
         top_scores, top_rows = gip.sort_by_score(q_scores[None], q_rows[None], k)
         rows.append([int(r) for r in top_rows[0]])
         scores.append([float(s) for s in top_scores[0]])
@@ -269,7 +284,7 @@ class LiveIndex:
         if row < state.base.count:
             return state.base, row
         d = state.delta
-        return _DeltaRows(state.base.spec, d.values.astype(np.float16), d.gates, len(d)), row - state.base.count
+        return _DeltaRows(state.base.spec, d.values16, d.gates, len(d)), row - state.base.count
 
     # -- search --
     def search(self, queries: Encoded, **params) -> SearchResults:

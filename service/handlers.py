@@ -96,7 +96,8 @@ async def encode(rt: Runtime, request: Request, texts: list[str], role: Role) ->
 def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
     from densehybrid.index.explain import explain
 
-    found = explain(query, rt.index, row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
+    source, local_row = rt.index.locate(row)  # a base row, or a row written since (index.live)
+    found = explain(query, source, local_row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
     terms = [{"token_id": t.token_id, "term": rt.encoder.term(t.token_id), "query_weight": t.query_weight,
               "passage_weight": t.passage_weight, "contribution": t.contribution} for t in found.terms]
     return {"terms": terms, "lexical": float(found.lexical), "semantic": float(found.semantic),

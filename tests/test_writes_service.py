@@ -58,6 +58,10 @@ def test_read_your_writes_replace_and_delete(index_dir):
         assert response.status_code == 200, response.text
         assert response.json()["documents"] == before + 1
         assert search_ids(client, NEW["text"])[0] == "new-1"
+        top = client.post("/search", json={"query": NEW["text"], "k": 1}).json()["results"][0]
+        explained = client.post("/explain", json={"query": NEW["text"], "id": "new-1"})
+        assert explained.status_code == 200, explained.text
+        assert abs(explained.json()["total"] - top["score"]) < 1e-3 * max(1.0, abs(top["score"]))
         assert client.get("/documents/new-1").json()["text"] == NEW["text"]
 
         replaced = {"id": "D3", "title": "", "text": "aardvark pangolin okapi"}
