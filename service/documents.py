@@ -1,8 +1,8 @@
 """Writes: ``POST /documents`` and ``DELETE /documents/{id}``, and the background compactor.
 
 A write encodes its passages with the index's own model through the encoder worker
-(role passage), then logs and applies the change on a search thread
-(:meth:`index.live.LiveIndex.upsert` fsyncs before it returns), so the 2xx leaves only
+(role passage), then logs and applies the change
+(:meth:`index.live.LiveIndex.upsert` fsyncs before it returns) on the general thread pool, so the 2xx leaves only
 once the change is durable, and a search started after it sees the change. When enough
 changes are pending, one background thread folds them into a new index generation.
 """
@@ -58,7 +58,8 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     outcome = await encode_for(rt, request, items, "passage")
     encoded = outcome.encoded
     logged = time.perf_counter()
-    seq = await _in_search_pool(rt, _logged, index.upsert, docs, encoded.values, encoded.gates)
+    # the fsync runs on the general thread pool, never on the search threads that answer queries
+    seq = await run_in_threadpool(_logged, index.upsert, docs, encoded.values, encoded.gates)
     rt.compactor.maybe_start()
     timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
                                "log_ms": _ms(time.perf_counter() - logged),
@@ -76,7 +77,7 @@ def _delete(index: LiveIndex, doc_id: str) -> int:
 async def delete_document(rt: Runtime, request: Request, doc_id: str) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
-    seq = await _in_search_pool(rt, _delete, index, doc_id)
+    seq = await run_in_threadpool(_delete, index, doc_id)
     rt.compactor.maybe_start()
     timing = _record(request, {"total_ms": _ms(time.perf_counter() - started)})
     return {"ids": [doc_id], "seq": seq, "documents": index.count, "timing": timing}
