@@ -75,12 +75,16 @@ def upsert(delta: Delta, base: IndexFiles, docs: Sequence[Document], values: np.
     kept_docs, keep = _without(delta, ids)
     hidden = delta.hidden | {r for r in (base.row_of(i) for i in ids) if r is not None}
     all_docs = tuple(kept_docs) + tuple(docs)
-    new_values = np.concatenate([delta.values[keep], values]) if delta.values is not None else np.array(values)
-    new_gates = None
-    if gates is not None:
-        new_gates = np.concatenate([delta.gates[keep], gates]) if delta.gates is not None else np.array(gates)
-    return Delta(all_docs, new_values.astype(np.float32), new_gates, hidden, delta.changes + 1,
-                 {d.id: i for i, d in enumerate(all_docs)})
+    values = np.asarray(values, dtype=np.float32)
+    gates = None if gates is None else np.asarray(gates, dtype=np.uint8)
+    if delta.values is None:
+        return Delta(all_docs, values.copy(), None if gates is None else gates.copy(), hidden, delta.changes + 1,
+                     {d.id: i for i, d in enumerate(all_docs)})
+    # the float16 copy grows with the rows (converting the whole delta on every write was most of its cost)
+    return Delta(all_docs, np.concatenate([delta.values[keep], values]),
+                 None if gates is None else np.concatenate([delta.gates[keep], gates]), hidden, delta.changes + 1,
+                 {d.id: i for i, d in enumerate(all_docs)},
+                 np.concatenate([delta.values16[keep], values.astype(np.float16)]))
 
 
 def delete(delta: Delta, base: IndexFiles, doc_id: str) -> Delta:
@@ -91,9 +95,10 @@ def delete(delta: Delta, base: IndexFiles, doc_id: str) -> Delta:
     row = base.row_of(doc_id)
     hidden = delta.hidden | ({row} if row is not None else set())
     values = delta.values[keep] if delta.values is not None else None
+    values16 = delta.values16[keep] if delta.values16 is not None else None
     gates = delta.gates[keep] if delta.gates is not None else None
     return Delta(tuple(kept_docs), values, gates, hidden, delta.changes + 1,
-                 {d.id: i for i, d in enumerate(kept_docs)})
+                 {d.id: i for i, d in enumerate(kept_docs)}, values16)
 
 
 def contains(delta: Delta, base: IndexFiles, doc_id: str) -> bool:

@@ -145,3 +145,25 @@ def test_writes_off_serves_read_only(index_dir):
         assert_error(client.delete("/documents/D1"), 403, "writes_disabled")
         assert search_ids(client, "anything")
     assert not index_dir.with_name("index.wal").exists()
+
+
+def test_a_log_that_cannot_be_opened_stops_the_start_with_advice(index_dir, tmp_path):
+    from densehybrid.service.runtime import StartupError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    settings = ServiceSettings(index=index_dir, write_log=blocker / "wal")
+    with pytest.raises(StartupError, match="--no-writes"):
+        create_app(settings, encoder=FakeEncoder("dhr"), index=load_index(index_dir))
+
+
+def test_compose_keeps_indexes_read_only_unless_the_operator_turns_writes_on():
+    from pathlib import Path
+
+    import yaml
+
+    compose = yaml.safe_load((Path(__file__).parents[1] / "docker-compose.yml").read_text())
+    service = compose["services"]["densehybrid"]
+    assert service["environment"]["DENSEHYBRID_WRITES"] == "${DENSEHYBRID_WRITES:-false}"
+    assert "indexes:/data/indexes:ro" in service["volumes"]
+    assert ServiceSettings(writes="false").write_log_dir is None  # how the service reads that default
