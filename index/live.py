@@ -224,6 +224,7 @@ class LiveIndex:
             self._state = replace(self._state, delta=delta)
             if log_.recovered:
                 log.info("replayed %d logged changes (%d after the generation)", len(log_.recovered), delta.changes)
+            log_.recovered = []  # the delta holds them now
 
     @classmethod
     def open(cls, path: Path, make_searcher: Callable[[IndexFiles], Searcher], *, log_dir: Path | None,

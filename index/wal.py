@@ -170,10 +170,6 @@ class WriteAheadLog:
     def _segment_path(self, number: int) -> Path:
         return self.directory / f"{number:08d}.log"
 
-    @property
-    def last_seq(self) -> int:
-        return self.recovered[-1].seq if self.recovered else 0
-
     def size_bytes(self) -> int:
         return sum(self._segment_path(n).stat().st_size for n in self._segments if self._segment_path(n).exists())
 

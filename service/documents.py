@@ -10,6 +10,7 @@ changes are pending, one background thread folds them into a new index generatio
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -92,6 +93,9 @@ async def get_document(rt: Runtime, doc_id: str) -> dict:
     return {"id": doc.id, "title": doc.title, "text": doc.text}
 
 
+COMPACTION_NICENESS = 10
+
+
 class Compactor:
     """Starts at most one background compaction at a time once ``threshold`` changes are pending."""
 
@@ -112,6 +116,11 @@ class Compactor:
             self._thread.start()
 
     def _run(self) -> None:
+        try:
+            # below the request threads on the CPU (Linux nices threads one by one); best effort
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPACTION_NICENESS)
+        except (OSError, AttributeError):
+            pass
         try:
             self.index.compact()
             self.metrics.compactions.labels(outcome="ok").inc()
