@@ -6,12 +6,21 @@ log sequence number (``writes.applied_seq``, so a restart never applies a change
 fsynced, and renamed into place by :func:`index.store.publish`. A crash at any point
 leaves either the old generation or the new one, and the log still holds every change the
 new one lacks.
+
+A server folds in a child process (:func:`fold_in_subprocess`): the child rebuilds the delta
+from the index and the closed log segments on disk, so the fold neither holds the server's GIL
+nor competes with its request threads for the CPU (it runs niced).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import faiss
@@ -22,6 +31,7 @@ from densehybrid.index.store import IndexFiles
 from densehybrid.index.wal import fsync_directory
 
 _CHUNK_ROWS = 65_536
+_PR_SET_PDEATHSIG = 1
 
 
 def _pq_config(first_stage: dict) -> flat.PQConfig | None:
@@ -75,3 +85,38 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     fsync_directory(out.parent)
     shards.finish(work)
     return out
+
+
+def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> Path:
+    """Fold the changes of log segments up to ``through_segment`` into the index at ``path``."""
+    from densehybrid.index.live import Delta, apply
+    from densehybrid.index.wal import iter_changes
+
+    base = store.load_index(path)
+    already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
+    delta = Delta()
+    for change in iter_changes(log_dir, through_segment):
+        if change.seq > already:
+            delta = apply(delta, base, change, replaying=True)
+    return fold(base, delta, path, applied_seq)
+
+
+def _child_setup(niceness: int) -> None:
+    """Niced, and killed with the server (Linux PR_SET_PDEATHSIG): no orphan fold races a restarted one."""
+    os.nice(niceness)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def fold_in_subprocess(path: Path, log_dir: Path, through_segment: int, applied_seq: int, *,
+                       niceness: int = 10) -> None:
+    """:func:`fold_from_log` in a niced child process; raises IndexWriteError with its stderr on failure."""
+    command = [sys.executable, "-m", "densehybrid.index.compaction", str(path), str(log_dir), str(through_segment),
+               str(applied_seq)]
+    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=lambda: _child_setup(niceness))
+    if done.returncode:
+        raise store.IndexWriteError(f"compaction of {path} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
+if __name__ == "__main__":
+    fold_from_log(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -334,7 +334,7 @@ class LiveIndex:
         Searches and writes go on meanwhile; changes that arrive during the fold stay in the
         delta of the new generation. Returns False when there was nothing to fold.
         """
-        from densehybrid.index.compaction import fold
+        from densehybrid.index.compaction import fold_in_subprocess
 
         if self.log is None:
             return False
@@ -347,7 +347,7 @@ class LiveIndex:
                 self._since_rotation = []
             self.compacting = True
             try:
-                fold(state.base, state.delta, state.base.path, seq)
+                fold_in_subprocess(state.base.path, self.log.directory, segment, seq)
                 base = load_index(state.base.path)
                 searcher = self._make_searcher(base)
             except BaseException:

@@ -226,8 +226,8 @@ class WriteAheadLog:
             self._file.close()
 
 
-def iter_changes(directory: Path) -> Iterator[Change]:
-    """Every whole change in a log directory, read only (for inspection and tests)."""
+def iter_changes(directory: Path, through: int | None = None) -> Iterator[Change]:
+    """Every whole change in a log directory (segments up to ``through``), read only."""
     numbers = sorted(int(m.group(1)) for p in Path(directory).iterdir() if (m := _SEGMENT.match(p.name)))
-    for number in numbers:
+    for number in (n for n in numbers if through is None or n <= through):
         yield from (decode_change(p) for p in read_frames(Path(directory) / f"{number:08d}.log")[0])
