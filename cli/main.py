@@ -93,6 +93,14 @@ def serve_command(
     cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING [INFO]"),
     log_json: Optional[bool] = typer.Option(None, "--log-json/--log-plain", help="JSON log lines [json]"),
+    writes: Optional[bool] = typer.Option(None, "--writes/--no-writes", help="accept POST/DELETE /documents [writes]"),
+    write_api_key: Optional[str] = typer.Option(None, "--write-api-key", help="key required for writes "
+                                                "(prefer DENSEHYBRID_WRITE_API_KEY) [the API key]"),
+    write_log: Optional[Path] = typer.Option(None, "--write-log", help="write-ahead log directory [<index>.wal]"),
+    max_write_documents: Optional[int] = typer.Option(None, "--max-write-documents", help="documents per write [64]"),
+    max_document_chars: Optional[int] = typer.Option(None, "--max-document-chars", help="longest title/text [100000]"),
+    compact_after_changes: Optional[int] = typer.Option(None, "--compact-after-changes",
+                                                        help="pending changes that start a compaction [1000]"),
 ) -> None:
     """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
     from pydantic import ValidationError
@@ -105,7 +113,9 @@ def serve_command(
                  max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
                  max_explain_hits=max_explain_hits, max_explain_terms=max_explain_terms,
                  max_return_text_bytes=max_return_text_bytes, allow_open=allow_open,
-                 cors_origins=cors_origin or None, log_level=log_level, log_json=log_json)
+                 cors_origins=cors_origin or None, log_level=log_level, log_json=log_json, writes=writes,
+                 write_api_key=write_api_key, write_log=write_log, max_write_documents=max_write_documents,
+                 max_document_chars=max_document_chars, compact_after_changes=compact_after_changes)
     try:
         serve(settings_from(flags))
     except ValidationError as exc:

@@ -58,14 +58,15 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     for compat in (compat_openai, compat_tei, compat_cohere):  # client-compatible APIs (issue 13)
         app.include_router(compat.build_router(runtime))
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["Server-Timing", "X-Request-ID", "Retry-After"])
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     if api_key is not None:
         declare_bearer_auth(app, open_paths=OPEN_PATHS)
+    write_key = settings.write_api_key.get_secret_value() if settings.write_api_key is not None else None
     app.add_middleware(ServiceMiddleware, metrics=runtime.metrics, api_key=api_key,
-                       max_body_bytes=settings.max_body_bytes)
+                       max_body_bytes=settings.max_body_bytes, write_api_key=write_key)
     return app
 
 

@@ -86,6 +86,16 @@ class ClientGone(ServiceError):
     status, type = 499, "client_closed_request"
 
 
+class InsufficientStorage(ServiceError):
+    """The disk is full: the change was not logged, so it was not applied."""
+
+    status, type = 507, "insufficient_storage"
+
+
+class WritesDisabled(ServiceError):
+    status, type = 403, "writes_disabled"
+
+
 class SearchFailed(ServiceError):
     status, type = 500, "search_error"
 
@@ -113,7 +123,8 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 def validation_error_response(exc: RequestValidationError, path: str = "") -> JSONResponse:
     errors = exc.errors()
-    if any(e.get("type") == "too_long" and tuple(e.get("loc", ()))[:2] in _SIZE_LIMITED_FIELDS for e in errors):
+    if any(e.get("type") in ("too_long", "string_too_long") and tuple(e.get("loc", ()))[:2] in _SIZE_LIMITED_FIELDS
+           for e in errors):
         return service_error_response(PayloadTooLarge(_validation_message(exc)), path)
     return service_error_response(InvalidRequest(_validation_message(exc)), path)
 

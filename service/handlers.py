@@ -173,7 +173,8 @@ async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *,
 def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
     from densehybrid.index.explain import explain
 
-    found = explain(query, rt.index, row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
+    source, local_row = rt.index.locate(row)  # a base row, or a row written since (index.live)
+    found = explain(query, source, local_row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)
     terms = [{"token_id": t.token_id, "term": rt.encoder.term(t.token_id), "query_weight": t.query_weight,
               "passage_weight": t.passage_weight, "contribution": t.contribution}
              for t in found.terms[:rt.settings.max_explain_terms]]

@@ -67,6 +67,11 @@ class ServiceMetrics:
         self.model = Info(p + "model", "the served model", registry=r)
         self.search_batch = Histogram(p + "search_batch_queries", "queries per coalesced first-stage call",
                                       buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.write_log_bytes = Gauge(p + "write_log_bytes", "bytes in the write-ahead log not yet compacted", registry=r)
+        self.pending_changes = Gauge(p + "pending_changes", "logged changes not yet folded into the index", registry=r)
+        self.last_compaction = Gauge(p + "last_compaction_timestamp_seconds",
+                                     "Unix time of the last finished compaction (0: none yet)", registry=r)
+        self.compactions = Counter(p + "compactions_total", "compactions by outcome", ["outcome"], registry=r)
         self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
 
     # -- reports from the encoder worker (see service.batcher.BatchObserver) --
@@ -110,6 +115,12 @@ class ServiceMetrics:
     def describe_index(self, documents: int, dims: int) -> None:
         self.index_documents.set(documents)
         self.index_dims.set(dims)
+
+    def watch_writes(self, log_bytes, pending, last_compaction) -> None:
+        """Read the live index's write state at scrape time (callables returning numbers)."""
+        self.write_log_bytes.set_function(log_bytes)
+        self.pending_changes.set_function(pending)
+        self.last_compaction.set_function(lambda: last_compaction() or 0.0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -5,11 +5,11 @@ from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from densehybrid.service import handlers
+from densehybrid.service import documents, handlers
 from densehybrid.service.metrics import CONTENT_TYPE
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.schemas import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready, SearchResponse,
-                             request_models)
+                             StoredDocument, WriteResult, documents_request_model, request_models)
 
 _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {
     401: "missing or wrong API key",
@@ -48,6 +48,27 @@ def build_router(runtime: Runtime) -> APIRouter:
     async def explain(request: Request, body: ExplainRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Matched terms of a query and a document, and the lexical/semantic split of its score."""
         return await handlers.explain(runtime, request, body)
+
+    DocumentsRequest = documents_request_model(runtime.settings.limits)
+    write_errors = {**_ERRORS, 403: {"model": ErrorBody, "description": "writes are off on this server"},
+                    507: {"model": ErrorBody, "description": "disk full: the change was not applied"}}
+
+    @router.post("/documents", response_model=WriteResult, responses=write_errors, tags=["writes"])
+    async def add_documents(request: Request, body: DocumentsRequest = Body()) -> dict:  # type: ignore[valid-type]
+        """Add documents (an existing id is replaced); answered once the change is durable in the log."""
+        return await documents.add_documents(runtime, request, body)
+
+    @router.get("/documents/{doc_id}", response_model=StoredDocument, responses={**_ERRORS, 404: {
+        "model": ErrorBody, "description": "unknown document id"}}, tags=["writes"])
+    async def get_document(doc_id: str) -> dict:
+        """One document as the index holds it now (written ones included)."""
+        return await documents.get_document(runtime, doc_id)
+
+    @router.delete("/documents/{doc_id}", response_model=WriteResult, responses={**write_errors, 404: {
+        "model": ErrorBody, "description": "unknown document id"}}, tags=["writes"])
+    async def delete_document(request: Request, doc_id: str) -> dict:
+        """Delete one document; answered once the change is durable in the log."""
+        return await documents.delete_document(runtime, request, doc_id)
 
     @router.get("/health", response_model=Health, tags=["ops"])
     async def health() -> dict:

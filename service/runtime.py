@@ -101,9 +101,9 @@ class Runtime:
                  metrics: ServiceMetrics | None = None):
         self.settings = settings
         self.encoder = encoder
-        self.index = index
         self.metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
-        self.searcher = self._make_searcher(index, settings.search_device) if index is not None else None
+        self.index = self._live(index) if index is not None else None
+        self.searcher = self.index
         self.batcher = Batcher(encoder, max_batch_size=settings.max_batch_size,
                                max_batch_tokens=settings.max_batch_tokens, max_wait_s=settings.max_wait_ms / 1000,
                                queue_size=settings.queue_size, retry_after_s=settings.retry_after_s,
@@ -115,8 +115,28 @@ class Runtime:
         self.status = "starting"
         spec = encoder.spec
         self.metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm)
-        if index is not None:
-            self.metrics.describe_index(index.count, spec.dim)
+        self.compactor = None
+        if self.index is not None:
+            self.metrics.describe_index(self.index.count, spec.dim)
+            if self.index.log is not None:
+                from densehybrid.service.documents import Compactor
+
+                self.compactor = Compactor(self.index, settings.compact_after_changes, self.metrics)
+                self.metrics.watch_writes(self.index.log.size_bytes, lambda: self.index.pending_changes,
+                                          lambda: self.index.last_compaction)
+
+    def _live(self, index):
+        """The index as served: a live index, writable when the settings name a write-ahead log."""
+        from densehybrid.index.live import LiveIndex
+        from densehybrid.index.store import IndexStoreError
+
+        log_dir = self.settings.write_log_dir
+        try:
+            return LiveIndex.open(index.path, lambda base: self._make_searcher(base, self.settings.search_device), log_dir=log_dir,
+                                  base=index)
+        except (IndexStoreError, OSError, ValueError) as exc:
+            raise StartupError(f"cannot open the write-ahead log {log_dir} of index {index.path}: {exc} "
+                               "(serve read only with --no-writes)") from exc
 
     @staticmethod
     def _make_searcher(index, search_device: str):
@@ -151,3 +171,7 @@ class Runtime:
         self.status = "shutting down"
         self.batcher.stop()
         self.search_pool.shutdown(wait=True)
+        if self.compactor is not None:
+            self.compactor.stop()
+        if self.index is not None:
+            self.index.close()

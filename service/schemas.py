@@ -105,6 +105,33 @@ def request_models(limits: Limits) -> RequestModels:
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
 
 
+def documents_request_model(limits: Limits) -> type[BaseModel]:
+    """The body of ``POST /documents`` with the configured batch and length limits (over them: 413)."""
+    Chars = Annotated[str, StringConstraints(max_length=limits.max_document_chars)]
+
+    class NewDocument(_Strict):
+        model_config = ConfigDict(extra="forbid", title="NewDocument")
+        id: DocId
+        title: Chars = Field("", description="optional title, encoded before the text")
+        text: Annotated[Chars, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
+
+    class DocumentsRequest(_Strict):
+        model_config = ConfigDict(extra="forbid", title="DocumentsRequest")
+        documents: list[NewDocument] = Field(min_length=1, max_length=limits.max_write_documents,
+                                             description="documents to add; an existing id is replaced")
+
+        @model_validator(mode="after")
+        def _unique_ids(self):
+            seen: set[str] = set()
+            for doc in self.documents:
+                if doc.id in seen:
+                    raise ValueError(f"document id {doc.id!r} occurs more than once in this request")
+                seen.add(doc.id)
+            return self
+
+    return DocumentsRequest
+
+
 # -- responses ---------------------------------------------------------------
 class SearchTiming(BaseModel):
     queue_ms: float
@@ -219,6 +246,19 @@ class Info(BaseModel):
     max_input_length: int = Field(description="TEI's field: the longest text in tokens (passage side)")
     max_client_batch_size: int = Field(description="TEI's field: texts per request")
     max_batch_tokens: int = Field(description="TEI's field: padded tokens per forward")
+
+
+class StoredDocument(BaseModel):
+    id: str
+    title: str
+    text: str
+
+
+class WriteResult(BaseModel):
+    ids: list[str] = Field(description="the ids written (added or replaced) or deleted")
+    seq: int = Field(description="sequence number of the change in the write-ahead log")
+    documents: int = Field(description="documents in the index after the change")
+    timing: dict[str, float]
 
 
 class ErrorDetail(BaseModel):

@@ -62,7 +62,15 @@ class ServiceSettings(BaseSettings):
     log_json: bool = Field(True, description="JSON log lines (false: plain text)")
     warmup: bool = Field(True, description="run one query through model and index before /ready")
 
-    @field_validator("api_key")
+    # writes: POST/DELETE /documents on a local index (issue 17)
+    writes: bool = Field(True, description="accept document adds and deletes on the served index (--index DIR)")
+    write_api_key: SecretStr | None = Field(None, description="when set, required for writes instead of api_key")
+    write_log: Path | None = Field(None, description="write-ahead log directory; default: <index>.wal beside the index")
+    max_write_documents: int = Field(64, ge=1, description="largest batch of documents in one POST /documents")
+    max_document_chars: int = Field(100_000, ge=1, description="longest title or text of a written document")
+    compact_after_changes: int = Field(1000, ge=1, description="logged changes that start a background compaction")
+
+    @field_validator("api_key", "write_api_key")
     @classmethod
     def _empty_key_is_no_key(cls, value: SecretStr | None) -> SecretStr | None:
         return value if value is not None and value.get_secret_value() else None
@@ -88,11 +96,20 @@ class ServiceSettings(BaseSettings):
         """The effective settings with secrets hidden, for the start-up log line."""
         data = self.model_dump(mode="json")
         data["api_key"] = "**********" if self.api_key is not None else None
+        data["write_api_key"] = "**********" if self.write_api_key is not None else None
         return data
 
     @property
+    def write_log_dir(self) -> Path | None:
+        """Where the write-ahead log lives, or None when writes are off or there is no index."""
+        if not self.writes or self.index is None:
+            return None
+        return self.write_log or self.index.with_name(self.index.name + ".wal")
+
+    @property
     def limits(self) -> "Limits":
-        return Limits(self.max_k, self.max_candidates, self.max_request_texts)
+        return Limits(self.max_k, self.max_candidates, self.max_request_texts, self.max_write_documents,
+                      self.max_document_chars)
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,8 @@ class Limits:
     max_k: int
     max_candidates: int
     max_request_texts: int
+    max_write_documents: int = 64
+    max_document_chars: int = 100_000
 
 
 def is_loopback(host: str) -> bool:
