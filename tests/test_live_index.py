@@ -101,3 +101,21 @@ def test_replay_skips_changes_already_folded(tmp_path):
         (tmp_path / "index.wal" / name).write_bytes(data)
     reopened = open_live(encoder, tmp_path / "index", tmp_path / "index.wal")
     assert reopened.count == 19 and reopened.pending_changes == 0 and reopened.get("b1") is None
+
+
+def test_pending_writes_rank_a_normalised_fusion_index_by_the_lambda_sum(tmp_path):
+    """zscore scores are relative to the base candidates: with a delta pending, the λ sum ranks base
+    and added rows together, as a fresh build ranked by the λ sum does; with no delta, zscore applies."""
+    encoder = FakeEncoder("fusion")
+    base_docs, added = corpus("b", 60, 5), corpus("n", 8, 6)
+    build(encoder, base_docs, tmp_path / "index")
+    live = open_live(encoder, tmp_path / "index", tmp_path / "index.wal")
+    queries = encoder.encode(["alpha beta gamma"], "query")
+    assert live.search(queries, k=10, method="zscore").ids == \
+        Searcher(load_index(tmp_path / "index")).search(queries, k=10, method="zscore").ids
+    live.upsert(added, *astuple(encode(encoder, added)))
+    reference = build(encoder, base_docs + added, tmp_path / "fresh")
+    check_same(live, reference, encoder, k=10, lam=reference.lam)  # the λ sum, explicitly
+    got = live.search(queries, k=10, method="zscore")
+    want = Searcher(reference).search(queries, k=10, method="lambda")
+    assert sorted(got.ids[0]) == sorted(want.ids[0])
