@@ -23,17 +23,13 @@ from densehybrid.index.evaluate import EvalInputError
 from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError
 from densehybrid.index.store import IndexStoreError, load_index
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.errors import fail
 
 log = logging.getLogger(__name__)
 console = Console()
 index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
 _KNOWN_ERRORS = (IndexStoreError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2)
 
 
 def _check_first_stage(value: str) -> str:
@@ -71,7 +67,7 @@ def index_build(
         seconds = time.perf_counter() - start
         index = load_index(out)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
 
@@ -101,9 +97,9 @@ def search(
         index, model = _load(index_dir, encoder)
         searcher = Searcher(index)
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
-                                      theta=theta, rerank=not no_rerank, lam=encoder.lam)
+                                      theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"))
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
     for rank, (doc, doc_id, score) in enumerate(zip(index.docs.get_many(found.results.ids[0]), found.results.ids[0],
                                                     found.results.scores[0]), 1):
@@ -132,10 +128,10 @@ def eval_command(
         index = load_index(index_dir)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
         outcome = commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
-                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
+                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
                                     rerank=not no_rerank)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     if as_json:
         typer.echo(json.dumps(outcome.metrics))
         return
