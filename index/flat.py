@@ -110,6 +110,19 @@ def is_gpu(index: faiss.Index) -> bool:
     return "Gpu" in type(index).__name__ or "IndexShards" in type(index).__name__
 
 
+def check_device(device: str) -> int:
+    """The number of GPUs Faiss can use for ``device``; ValueError, in one sentence, when it can use none."""
+    if device == "cpu":
+        return 0
+    if not device.startswith("cuda"):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
+    available = gpu_count()
+    if available == 0:
+        raise ValueError(f"device {device!r} requested but Faiss sees no GPU: install 'densehybrid[gpu]' "
+                         "(faiss-gpu) or use --device cpu")
+    return available
+
+
 def to_device(index: faiss.Index, device: str, *, float16: bool = False) -> faiss.Index:
     """Place a CPU index on ``device``: "cpu", "cuda" (every GPU, sharded), or "cuda:N" (one GPU).
 
@@ -119,11 +132,7 @@ def to_device(index: faiss.Index, device: str, *, float16: bool = False) -> fais
     """
     if device == "cpu":
         return index
-    if not device.startswith("cuda"):
-        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
-    available = gpu_count()
-    if available == 0:
-        raise ValueError(f"device {device!r} requested but Faiss sees no GPU (is faiss-gpu installed?)")
+    available = check_device(device)
     if ":" in device:  # pragma: no cover - needs a GPU
         options = faiss.GpuClonerOptions()
         options.useFloat16 = float16

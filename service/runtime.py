@@ -37,12 +37,17 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
     encoder = _load_encoder(settings, index)
     if index is not None:
+        from densehybrid.index.flat import check_device
         from densehybrid.index.store import IndexStoreError, check_compatible
 
         try:
             check_compatible(index.spec, encoder.spec)
         except (IndexStoreError, ValueError) as exc:
             raise StartupError(f"model {encoder.spec.model_id!r} does not match index {settings.index}: {exc}") from exc
+        try:  # the searcher places the index on the encoder's device
+            check_device(str(encoder.device))
+        except ValueError as exc:
+            raise StartupError(f"cannot search index {settings.index} on the encoder's device: {exc}") from exc
     return encoder, index
 
 
