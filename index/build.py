@@ -9,7 +9,6 @@ sizes, and every writer is deterministic (the manifest's creation time aside).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from tqdm.auto import tqdm
 
 from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec
 from densehybrid.index import flat, lambda_auto, shards, store
+from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.store import Document, IndexWriteError
 
 log = logging.getLogger(__name__)
@@ -41,15 +41,8 @@ class BuildOptions:
 
 def read_corpus(path: Path) -> Iterator[Document]:
     """BEIR ``corpus.jsonl``: one JSON object per line with ``_id``, optional ``title``, ``text``."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise IndexWriteError(f"{path}:{number}: not a corpus line with _id and text ({exc})") from exc
+    for row in read_jsonl(path, required=("_id",), what="a corpus line with _id and text", error=IndexWriteError):
+        yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
 
 
 def count_corpus(path: Path) -> int:
