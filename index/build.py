@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec
 from densehybrid.index import flat, lambda_auto, shards, store
+from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.store import Document, IndexWriteError
 
@@ -73,7 +74,7 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
     """What a resumed build must share with the interrupted one."""
     return {
         "format_version": store.FORMAT_VERSION,
-        "corpus_sha256": store.sha256_file(corpus),
+        "corpus_sha256": sha256_file(corpus),
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
         "shard_size": options.shard_size,
@@ -124,7 +125,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     store.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
-        extra={"lambda": lam_info, "build": {"corpus_sha256": store.sha256_file(corpus), "batch_size": options.batch_size,
+        extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size}},
     )
     store.publish(staged, out, overwrite=options.overwrite)

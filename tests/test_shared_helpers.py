@@ -1,4 +1,4 @@
-"""One JSONL reader for corpora and queries: rows in order, blank lines skipped, bad lines named by number."""
+"""The shared readers and helpers: one JSONL reader (corpora, queries) and one sha256."""
 
 import json
 
@@ -28,3 +28,13 @@ def test_bad_line_is_named_by_path_and_number(tmp_path, bad_line, reason):
         read_queries(path)
     with pytest.raises(IndexWriteError, match=r"rows.jsonl:2: not a corpus line"):
         list(read_corpus(path))
+
+
+def test_one_sha256_helper_matches_hashlib(tmp_path):
+    import hashlib
+
+    from densehybrid.encoder.checksums import sha256_file
+
+    path = tmp_path / "blob.bin"
+    path.write_bytes(bytes(range(256)) * 5000)
+    assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
