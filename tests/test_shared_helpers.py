@@ -38,3 +38,22 @@ def test_one_sha256_helper_matches_hashlib(tmp_path):
     path = tmp_path / "blob.bin"
     path.write_bytes(bytes(range(256)) * 5000)
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_json_log_lines_keep_the_request_fields():
+    import logging
+    import sys
+
+    from densehybrid.service.logging import ACCESS_LOGGER, JsonFormatter
+
+    record = logging.LogRecord(ACCESS_LOGGER, logging.INFO, __file__, 1, "%s %s %d", ("POST", "/search", 200), None)
+    record.fields = {"request_id": "r-1", "route": "/search", "status": 200, "timing": {"encode_ms": 1.5}}
+    line = json.loads(JsonFormatter().format(record))
+    assert {k: line[k] for k in ("level", "logger", "message")} == {
+        "level": "info", "logger": ACCESS_LOGGER, "message": "POST /search 200"}
+    assert {k: line[k] for k in record.fields} == record.fields and "fields" not in line and "ts" in line
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        failed = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert "RuntimeError: boom" in json.loads(JsonFormatter().format(failed))["exception"]
