@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from densehybrid.encoder import zoo
@@ -122,29 +123,34 @@ def demo_command(
     from densehybrid.service.serve import StartupError, serve, settings_from
 
     service_logging.configure("INFO", json_lines=False)
-    index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
+    home = directory or demo.demo_dir()
+    console.print(f"[bold]densehybrid demo[/bold] keeps its corpus and index in {escape(str(home))} "
+                  "(--dir puts them elsewhere, --rebuild builds the index again)", soft_wrap=True)
+    index_dir = demo.prepare(home, passages, rebuild=rebuild)
     url = f"http://{host}:{port}"
-    console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
-    console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
-    console.print()
-    demo.query_when_ready(url, _print_demo_answer)
+    console.print(f"serving {escape(str(index_dir))} at {url} (Ctrl-C stops it); the examples follow once it is ready",
+                  soft_wrap=True)
+    demo.query_when_ready(url, lambda answer: _print_demo_answer(answer, url))
     try:
         serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
     except StartupError as exc:
         fail(exc)
 
 
-def _print_demo_answer(answer: dict) -> None:
-    from densehybrid.cli.demo import EXAMPLE_QUERY
+def _print_demo_answer(answer: dict, url: str) -> None:
+    """Once the server is ready: the example query's answer, then curl commands to try."""
+    from densehybrid.cli.demo import EXAMPLE_QUERY, curl_examples
 
     if "results" not in answer:
-        console.print(f"[red]example query failed:[/red] {answer}")
+        console.print(f"[red]example query failed:[/red] {escape(str(answer))}")
         return
     table = Table("rank", "id", "score", "text", title=f'POST /search {{"query": "{EXAMPLE_QUERY}"}}')
     for hit in answer["results"]:
         table.add_row(str(hit["rank"]), hit["id"], f"{hit['score']:.3f}", (hit.get("text") or "")[:80])
     console.print(table)
     console.print("timing (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in answer["timing"].items()))
+    console.print(f"\nThe server is ready at {url}. Try:\n")
+    console.print(curl_examples(url), markup=False, highlight=False, soft_wrap=True)
 
 
 # -- encode (issue 2) -------------------------------------------------------------
