@@ -24,6 +24,7 @@ from densehybrid.index.evaluate import EvalInputError
 from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 from densehybrid.index.store import IndexStoreError, load_index
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.errors import fail
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -31,11 +32,6 @@ index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
 SEARCH_DEVICE_HELP = "first stage + rerank: auto (a GPU when present), cpu (Faiss), cuda, cuda:N"
 _KNOWN_ERRORS = (IndexStoreError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2)
 
 
 def _check_first_stage(value: str) -> str:
@@ -85,7 +81,7 @@ def index_build(
         seconds = time.perf_counter() - start
         index = load_index(out)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
 
@@ -117,9 +113,10 @@ def search(
         index, model = _load(index_dir, encoder)
         searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
-                                      theta=theta, rerank=not no_rerank, lam=encoder.lam, method=fusion)
+                                      theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"),
+                                      method=fusion)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
     for rank, (doc, doc_id, score) in enumerate(zip(index.docs.get_many(found.results.ids[0]), found.results.ids[0],
                                                     found.results.scores[0]), 1):
@@ -152,7 +149,7 @@ def eval_command(
     try:
         index = load_index(index_dir)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
-        search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
+        search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
                              rerank=not no_rerank, device=resolve_search_device(search_device, index))
         if as_json:  # the asked-for system only, as before
             outcomes = {"": commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
@@ -161,7 +158,7 @@ def eval_command(
             outcomes = commands.eval_rows(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
                                           method=fusion, **search_kwargs)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     last = list(outcomes.values())[-1]
     if as_json:
         typer.echo(json.dumps(last.metrics))

@@ -29,6 +29,7 @@ from torch import nn
 
 from densehybrid.encoder import zoo
 from densehybrid.encoder.base import KINDS
+from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.errors import ModelDirError
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ def weights_hash(directories: list[Path]) -> str:
             raise ModelDirError(f"{directory}: no weight files ({', '.join(WEIGHT_SUFFIXES)})")
         for path in files:
             digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-            digest.update(zoo.sha256_of(path).encode())
+            digest.update(sha256_file(path).encode())
     return digest.hexdigest()
 
 

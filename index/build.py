@@ -9,7 +9,6 @@ sizes, and every writer is deterministic (the manifest's creation time aside).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
+from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index import flat, fusion, lambda_auto, shards, store
+from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.store import Document, IndexWriteError
 
 log = logging.getLogger(__name__)
@@ -43,15 +44,8 @@ class BuildOptions:
 
 def read_corpus(path: Path) -> Iterator[Document]:
     """BEIR ``corpus.jsonl``: one JSON object per line with ``_id``, optional ``title``, ``text``."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise IndexWriteError(f"{path}:{number}: not a corpus line with _id and text ({exc})") from exc
+    for row in read_jsonl(path, required=("_id",), what="a corpus line with _id and text", error=IndexWriteError):
+        yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
 
 
 def count_corpus(path: Path) -> int:
@@ -82,7 +76,7 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
     """What a resumed build must share with the interrupted one."""
     return {
         "format_version": store.FORMAT_VERSION,
-        "corpus_sha256": store.sha256_file(corpus),
+        "corpus_sha256": sha256_file(corpus),
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
         "shard_size": options.shard_size,
@@ -143,7 +137,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     store.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
-        extra={"lambda": lam_info, "build": {"corpus_sha256": store.sha256_file(corpus), "batch_size": options.batch_size,
+        extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size}, **fusion_info},
     )
     store.publish(staged, out, overwrite=options.overwrite)

@@ -19,7 +19,6 @@ naming the file and the problem.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ import faiss
 import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
+from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
 
 log = logging.getLogger(__name__)
@@ -168,11 +168,6 @@ class IndexFiles:
 
 
 # -- writing -----------------------------------------------------------------------------
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
 
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
     with open(directory / DOC_IDS, "w", encoding="utf-8") as f:

@@ -43,6 +43,10 @@ class PayloadTooLarge(ServiceError):
     status, type = 413, "payload_too_large"
 
 
+class UnsupportedMediaType(ServiceError):
+    status, type = 415, "unsupported_media_type"
+
+
 class Unauthorized(ServiceError):
     status, type = 401, "unauthorized"
     headers = {"WWW-Authenticate": "Bearer"}
@@ -113,11 +117,37 @@ def service_error_response(exc: ServiceError, path: str = "") -> JSONResponse:
                         headers=exc.headers)
 
 
+# pydantic's wording for these names a regex or a parser; the client needs to know what to send instead
+_PLAIN_MESSAGES = {
+    "string_pattern_mismatch": "is blank; send text with at least one non-whitespace character",
+    "string_too_short": "is empty; send text with at least one non-whitespace character",
+    "missing": "is missing; send it in the JSON object",
+}
+
+
+_SEND_JSON = 'send one JSON object, e.g. {"query": "what is a dense retriever", "k": 10}'
+
+
+def _body_message(err: dict) -> str | None:
+    """The sentence for a body that is not a JSON object at all (empty or malformed), else None."""
+    loc = tuple(err.get("loc", ()))
+    if err.get("type") == "missing" and loc == ("body",):
+        return f"the body is empty: {_SEND_JSON}"
+    if err.get("type") == "json_invalid":
+        where = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        return f"the body is not valid JSON{where}: {_SEND_JSON}"
+    return None
+
+
 def _validation_message(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    for err in errors:
+        if (message := _body_message(err)) is not None:
+            return message
     parts = []
-    for err in exc.errors()[:5]:
+    for err in errors[:5]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        parts.append(f"{where}: {_PLAIN_MESSAGES.get(err.get('type'), err.get('msg', 'invalid'))}")
     return "; ".join(parts)
 
 

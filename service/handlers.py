@@ -275,6 +275,7 @@ def info(rt: Runtime) -> dict:
                   "max_passage_length": spec.max_passage_length, "truncation": TRUNCATION_NOTE},
         "index": None if index is None else {"name": index.name, "documents": index.count,
                                              "dim": spec.dim, "lam": float(index.lam)},
+        "search_lambda": None if index is None else float(index.lam),
         "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_request_texts": s.max_request_texts,
                    "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,
                    "max_explain_hits": s.max_explain_hits, "max_explain_terms": s.max_explain_terms,

@@ -17,7 +17,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from densehybrid.service import logging as service_logging
-from densehybrid.service.errors import PayloadTooLarge, Unauthorized, service_error_response
+from densehybrid.service.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType, service_error_response
 from densehybrid.service.metrics import ServiceMetrics
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
@@ -49,6 +49,12 @@ def is_write(method: str, path: str) -> bool:
 def _is_cors_preflight(scope: Scope, headers: Headers) -> bool:
     """Browsers send CORS preflights without credentials; they run no handler (CORS answers or 405)."""
     return scope["method"] == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
+
+
+def _is_json(content_type: str) -> bool:
+    """application/json, or any application/*+json, with or without parameters (charset)."""
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
 
 
 class ServiceMiddleware:
@@ -108,6 +114,10 @@ class ServiceMiddleware:
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             self.metrics.count_rejected("body_too_large")
             return PayloadTooLarge(f"request body over the limit of {self.max_body_bytes} bytes")
+        if scope["method"] == "POST" and not _is_json(headers.get("content-type", "")):
+            self.metrics.count_rejected("unsupported_media_type")
+            return UnsupportedMediaType("every POST body is JSON: send it with 'Content-Type: application/json' "
+                                        "(curl: -H 'Content-Type: application/json')")
         return None
 
     @staticmethod

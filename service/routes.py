@@ -14,6 +14,7 @@ from densehybrid.service.schemas import (EncodeResponse, ErrorBody, ExplainRespo
 _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {
     401: "missing or wrong API key",
     413: "body or batch over the limits",
+    415: "body not sent as Content-Type: application/json",
     422: "malformed or out-of-range fields",
     429: "encoder queue full; see Retry-After",
     500: "encoding or search failed for this request",

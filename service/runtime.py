@@ -74,10 +74,7 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
                        pooling=spec.pooling, normalize=spec.normalize, max_query_length=spec.max_query_length,
                        max_passage_length=spec.max_passage_length)
         options.update({k: v for k, v in (("agg_dim", spec.agg_dim), ("dlr_dim", spec.dlr_dim)) if v is not None})
-    if settings.kind is not None:
-        options["kind"] = settings.kind
-    if settings.dense_model is not None:
-        options["dense_model"] = settings.dense_model
+    options.update(settings.encoder_overrides())
     model = settings.model or index.spec.model_id
     try:
         encoder = load_encoder(model, **options)

@@ -94,7 +94,8 @@ def request_models(limits: Limits) -> RequestModels:
     class EncodeRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="EncodeRequest")
         texts: Texts = Field(description="texts to encode; over-long texts are truncated to the role's max length")
-        role: Role = Field("query", description="query or passage encoder side and max length")
+        role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side and max "
+                                                "length; encode with 'passage' to get vectors as the index stores them")
 
     class ExplainRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
@@ -240,6 +241,9 @@ class IndexInfo(BaseModel):
 class Info(BaseModel):
     model: ModelInfo
     index: IndexInfo | None
+    search_lambda: float | None = Field(description=(
+        "the λ /search and /explain apply when a request sends no 'lambda': the index's (its manifest); "
+        "model.lam is only the model's default that index build started from; null without an index"))
     limits: dict[str, int]
     ready: bool
     model_id: str = Field(description="TEI's field: the served model")

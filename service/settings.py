@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,16 @@ class ServiceSettings(BaseSettings):
     index: Path | None = Field(None, description="index directory; without one the service is encode-only")
     kind: str | None = Field(None, description="model kind when the model directory does not state it (no index)")
     dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
+    # the rest of the encoder flags `index build` takes (None: the index's, else the model directory's)
+    skip_mlm: bool | None = Field(None, description="Aggretriever 'w/o MLM': lexical part without the MLM head")
+    agg_dim: int | None = Field(None, ge=1, description="Aggretriever aggregated dims")
+    dlr_dim: int | None = Field(None, ge=1, description="DLR dims (dhr, dlr, fusion)")
+    lam: float | None = Field(None, allow_inf_nan=False, validation_alias=AliasChoices("lam", "densehybrid_lambda"),
+                              description="weight of the query's dense part (dhr, fusion)")
+    pooling: Literal["cls", "mean"] | None = Field(None, description="cls kind: [CLS] or mean pooling")
+    normalize: bool | None = Field(None, description="cls kind: L2-normalise the pooled vector")
+    max_query_length: int | None = Field(None, ge=1, description="query tokens kept")
+    max_passage_length: int | None = Field(None, ge=1, description="passage tokens kept")
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1); default: a GPU if present")
     search_device: str = Field("auto", description="where the first stage and rerank run: auto (a GPU when torch sees "
                                "one and the index is exact FlatIP), cpu (Faiss), cuda (every GPU), cuda:N (one GPU)")
@@ -70,6 +80,14 @@ class ServiceSettings(BaseSettings):
     max_document_chars: int = Field(100_000, ge=1, description="longest title or text of a written document")
     compact_after_changes: int = Field(1000, ge=1, description="logged changes that start a background compaction")
 
+    @classmethod
+    def env_var(cls, field_name: str) -> str:
+        """The environment variable that sets ``field_name``."""
+        alias = cls.model_fields[field_name].validation_alias
+        names = alias.choices if isinstance(alias, AliasChoices) else []
+        env = [name for name in names if name.lower().startswith("densehybrid_")]
+        return env[0].upper() if env else f"DENSEHYBRID_{field_name.upper()}"
+
     @field_validator("api_key", "write_api_key")
     @classmethod
     def _empty_key_is_no_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -110,6 +128,14 @@ class ServiceSettings(BaseSettings):
     def limits(self) -> "Limits":
         return Limits(self.max_k, self.max_candidates, self.max_request_texts, self.max_write_documents,
                       self.max_document_chars)
+
+    def encoder_overrides(self) -> dict:
+        """The encoder options given explicitly, as ``load_encoder`` keyword arguments."""
+        return {name: getattr(self, name) for name in ENCODER_FIELDS if getattr(self, name) is not None}
+
+
+ENCODER_FIELDS = ("kind", "skip_mlm", "agg_dim", "dlr_dim", "lam", "dense_model", "pooling", "normalize",
+                  "max_query_length", "max_passage_length")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@
   is exported by a live service's /metrics.
 
 ``deploy/ci/install-validators.sh`` installs the tools (``.ci/run`` calls it).
-Outside CI a missing tool skips its test; in CI (``CI=true``) it fails.
+A missing tool fails its test, naming the install script (the README's test command runs it).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from deploy_tools import require_tool
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +29,6 @@ DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "densehybrid.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 COMPOSE_CPU = ["-f", "docker-compose.yml", "-f", "docker-compose.cpu.yml"]
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # The metric contract of service/metrics.py (issue 5): exposition name -> type.
 CONTRACT = {
@@ -52,12 +52,7 @@ CONTRACT = {
 
 # ----------------------------------------------------------------- the tools
 def _tool(name: str, found: str | None) -> str:
-    if found:
-        return found
-    message = f"{name} is not installed (deploy/ci/install-validators.sh installs it)"
-    if IN_CI:
-        pytest.fail(message + "; CI must run this check")
-    pytest.skip(message)
+    return require_tool(name, found)
 
 
 def _compose_binary() -> str | None:

@@ -16,7 +16,8 @@
 # CI machine. The binaries are linked into VENV/bin, which is on PATH in CI.
 set -euo pipefail
 
-venv=${1:?usage: $0 VENV}
+# absolute: the tools are symlinked into VENV/bin, and a relative target (".venv/...") would dangle
+venv=$(cd "${1:?usage: $0 VENV}" && pwd)
 project=$(cd "$(dirname "$0")/../.." && pwd)
 # The pinned PyPI validators are the project's "deploy-check" extra.
 mapfile -t requirements < <("$venv/bin/python" - "$project/pyproject.toml" <<'PY'
