@@ -190,7 +190,7 @@ def identity_files(directories: list[Path]) -> dict[str, str]:
     for directory in directories:
         prefix = f"{directory.name}/" if len(directories) > 1 else ""
         for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name in IDENTITY_FILES):
-            digests[prefix + path.relative_to(directory).as_posix()] = zoo.sha256_of(path)
+            digests[prefix + path.relative_to(directory).as_posix()] = sha256_file(path)
     return digests
 
 
