@@ -161,8 +161,9 @@ def measure(start, request_for_workload, workloads: list[str], clients: list[int
             request_for = request_for_workload(workload)
             for count in clients:
                 asyncio.run(closed_loop(url, request_for, count, warmup))
-                results.setdefault(workload, {})[count] = asyncio.run(
-                    closed_loop(url, request_for, count, requests)).summary()
+                summary = asyncio.run(closed_loop(url, request_for, count, requests)).summary()
+                results.setdefault(workload, {})[count] = summary
+                print(f"{url} {workload} {count} clients: {summary}", flush=True)  # partial results survive a kill
         return results
     finally:
         stop_process(proc, timeout_s=60)
