@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import build_toy_index, write_toy_corpus
 from densehybrid.cli.main import app
-from densehybrid.index import flat
 from densehybrid.service import runtime
 from densehybrid.service.runtime import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
@@ -55,14 +54,20 @@ def test_rich_markup_in_an_error_is_printed_as_is(tmp_path):
     assert result.exit_code == 2 and "[bold]missing[/bold]" in result.output
 
 
-def test_an_index_faiss_cannot_place_on_the_encoders_device_stops_the_start(tmp_path, monkeypatch):
+def test_a_gpu_encoder_with_faiss_cpu_serves_and_searches_on_the_cpu(tmp_path, monkeypatch):
+    """CUDA torch + faiss-cpu is a normal install: the search device is chosen apart from the encoder's."""
     index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path, count=12)
     on_gpu = FakeEncoder("dhr")
     monkeypatch.setattr(type(on_gpu), "device", property(lambda self: "cuda"))
     monkeypatch.setattr(runtime, "_load_encoder", lambda settings, index: on_gpu)
-    monkeypatch.setattr(flat, "gpu_count", lambda: 0)  # faiss-cpu: no GPU for Faiss whatever torch sees
-    with pytest.raises(StartupError, match="Faiss sees no GPU: install 'densehybrid\\[gpu\\]'"):
-        load_components(ServiceSettings(index=index_dir, warmup=False))
+    encoder, index = load_components(ServiceSettings(index=index_dir, warmup=False))
+    assert encoder.device == "cuda" and index.count == 12
+
+
+def test_a_gpu_search_device_without_cuda_is_one_sentence(tmp_path):
+    index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path, count=12)
+    with pytest.raises(StartupError, match="search device 'cuda' requested but torch sees no CUDA device; use cpu"):
+        load_components(ServiceSettings(index=index_dir, search_device="cuda", warmup=False))
 
 
 @pytest.fixture
