@@ -65,6 +65,11 @@ def models_fetch(names: list[str] = typer.Argument(..., help="model names, e.g. 
 @app.command("serve")
 def serve_command(
     index: Optional[Path] = typer.Option(None, "--index", "-i", help="index directory (its manifest names the model)"),
+    milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help="serve a Milvus collection instead of --index "
+                                             "(a Milvus Lite *.db file or http://host:19530)"),
+    collection: Optional[str] = typer.Option(None, "--collection", help="the Milvus collection (its manifest names the model)"),
+    milvus_timeout_s: Optional[float] = typer.Option(None, "--milvus-timeout-s", help="Milvus connect/call timeout [10]"),
+    store_check_s: Optional[float] = typer.Option(None, "--store-check-s", help="how often /ready re-checks Milvus [1]"),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="model dir or zoo name; must match the index"),
     kind: Optional[str] = typer.Option(None, "--kind", help="model kind when the model dir does not record it"),
     dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
@@ -91,7 +96,8 @@ def serve_command(
 
     from densehybrid.service.serve import StartupError, serve, settings_from
 
-    flags = dict(index=index, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
+    flags = dict(index=index, milvus_uri=milvus_uri, collection=collection, milvus_timeout_s=milvus_timeout_s,
+                 store_check_s=store_check_s, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
                  max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
                  queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
                  max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,

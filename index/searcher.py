@@ -18,6 +18,7 @@ import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index import flat, gip
+from densehybrid.index.first_stage import LocalStore, VectorStore
 from densehybrid.index.store import IndexFiles, IndexMismatchError
 
 log = logging.getLogger(__name__)
@@ -46,14 +47,16 @@ def _ms(start: float) -> float:
 
 
 class Searcher:
-    """Searches one loaded index; the Faiss index is placed on ``device`` once."""
+    """Searches one loaded index: a local directory (Faiss placed on ``device`` once) or a
+    Milvus collection (``index.milvus.MilvusIndex``, which brings its own :class:`VectorStore`)."""
 
     def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool = False):
         self.index = index
         self.spec = index.spec
         self.device = device
         flat.tune_blas()
-        self._faiss = flat.to_device(index.faiss, device, float16=float16)
+        remote = getattr(index, "vector_store", None)
+        self.store: VectorStore = remote if remote is not None else LocalStore(index, device=device, float16=float16)
 
     @property
     def reranks(self) -> bool:
@@ -83,9 +86,10 @@ class Searcher:
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
         if first_stage == "approx_gip":
+            if not isinstance(self.store, LocalStore):
+                raise SearchError("first stage approx_gip needs a local index; a Milvus collection serves ip")
             return gip.approx_topk(xq, gq, self.index.values, self.index.gates, theta, depth)
-        scores, rows = flat.search(self._faiss, xq, depth)
-        return gip.sort_by_score(scores, rows, depth)
+        return self.store.inner_product(xq, depth)
 
     def search(self, queries: Encoded, *, k: int = 10, first_stage: FirstStage = "ip", candidates: int = 1000,
                theta: float = 0.1, rerank: bool = True, lam: float | None = None) -> SearchResults:
@@ -104,16 +108,16 @@ class Searcher:
         search_ms = _ms(start)
         start = time.perf_counter()
         if second:
-            scores, rows = gip.rerank(xq, gq, self.index.values, self.index.gates, rows, k)
+            scores, rows = self.store.rerank(xq, gq, rows, k)
         rerank_ms = _ms(start) if second else 0.0
         return self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})
 
     def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float]) -> SearchResults:
-        ids, out_scores, out_rows = [], [], []
-        doc_ids = self.index.doc_ids
+        out_scores, out_rows = [], []
         for q_scores, q_rows in zip(scores, rows):
             keep = q_rows >= 0
             out_rows.append([int(r) for r in q_rows[keep]])
             out_scores.append([float(s) for s in q_scores[keep]])
-            ids.append([doc_ids[r] for r in out_rows[-1]])
+        flat_ids = iter(self.store.ids_of([r for q_rows in out_rows for r in q_rows]))
+        ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
         return SearchResults(ids, out_scores, out_rows, timing)

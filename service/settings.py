@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,11 @@ class ServiceSettings(BaseSettings):
 
     model: str | None = Field(None, description="model directory or zoo name; defaults to the one the index manifest names")
     index: Path | None = Field(None, description="index directory; without one the service is encode-only")
+    milvus_uri: str | None = Field(None, description="serve a Milvus collection instead of --index: a Milvus Lite "
+                                   "file (*.db) or http://host:19530")
+    collection: str | None = Field(None, description="the Milvus collection (with milvus_uri); its manifest names the model")
+    milvus_timeout_s: float = Field(10.0, gt=0, description="Milvus connect and call timeout")
+    store_check_s: float = Field(1.0, gt=0, description="how often /ready re-checks a remote vector store")
     kind: str | None = Field(None, description="model kind when the model directory does not state it (no index)")
     dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1); default: a GPU if present")
@@ -54,6 +59,14 @@ class ServiceSettings(BaseSettings):
     log_level: str = Field("INFO", description="logging level")
     log_json: bool = Field(True, description="JSON log lines (false: plain text)")
     warmup: bool = Field(True, description="run one query through model and index before /ready")
+
+    @model_validator(mode="after")
+    def _one_index_source(self) -> "ServiceSettings":
+        if (self.milvus_uri is None) != (self.collection is None):
+            raise ValueError("milvus_uri and collection go together")
+        if self.milvus_uri is not None and self.index is not None:
+            raise ValueError("give either index or milvus_uri + collection, not both")
+        return self
 
     @field_validator("api_key")
     @classmethod
