@@ -165,7 +165,9 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
                                        (collection, _rows_schema(client, pymilvus, index.spec.dim, index.spec.gated_dim))):
             if _call(uri, "has_collection", client.has_collection, name):
                 _call(uri, "drop_collection", client.drop_collection, name)  # left by an export killed at creation
-            _call(uri, "create_collection", client.create_collection, name, schema=schema, index_params=params)
+            # Strong: a reader (a resumed export, a server starting) sees every finished write
+            _call(uri, "create_collection", client.create_collection, name, schema=schema, index_params=params,
+                  consistency_level="Strong")
         record = {"manifest": index.manifest, "source": source, "exported": 0, "complete": False}
         _write_meta(client, uri, collection, record)
     resumed_from = done = int(record["exported"])

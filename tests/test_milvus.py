@@ -23,6 +23,15 @@ from densehybrid.service.settings import ServiceSettings
 QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexical"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _stop_lite_servers():
+    """Milvus Lite runs one server process per .db; stop them while pytest's log streams are still open."""
+    yield
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_all()
+
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """A local dhr index (gated) and a Milvus Lite export of it."""
