@@ -34,6 +34,7 @@ TEXT_MAX = 65_535
 ID_MAX = 512
 # Milvus caps one search's limit (topk) at 16 384 and one request's size; fetch in slices below both
 FETCH_SLICE = 1_000
+HEALTH_TIMEOUT_S = 2.0
 
 
 class MilvusUnavailableError(IndexStoreError):
@@ -239,7 +240,8 @@ class MilvusStore:
 
     def healthy(self) -> bool:
         try:
-            self.client.get_load_state(self.collection)
+            # bounded: a server that went away must not hold /ready (the client retries otherwise)
+            self.client.get_load_state(self.collection, timeout=HEALTH_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - any failure means "not serving now"
             return False
         return True
