@@ -9,15 +9,16 @@
 # VARIANT picks the base of both the build and the runtime stage, so the venv is
 # built against the same interpreter it runs on.
 ARG VARIANT=gpu
-# CUDA 12.8 runtime with cuDNN 9 (onnxruntime-gpu needs cuDNN; torch's CUDA
-# wheels bring their own libraries, matched here by the cu128 torch index).
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+# CUDA 13.0 runtime with cuDNN 9: PyPI's onnxruntime-gpu (1.31) is a CUDA 13 build and needs cuDNN;
+# torch's cu130 wheels bring their own CUDA libraries and carry sm_90 (Hopper) and newer kernels.
+# The GPU first stage is torch, not Faiss (the faiss-gpu-cu12 wheels have no sm_90 code).
+ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 # Where each variant's torch comes from. PyPI's Linux torch wheel is the CUDA
 # build (GBs of CUDA libraries): the CPU image takes the PyTorch CPU index; the
-# GPU image the CUDA 12.8 one, matching its base. Override for a mirror.
+# GPU image the CUDA 13.0 one, matching its base. Override for a mirror.
 ARG TORCH_INDEX_URL_CPU=https://download.pytorch.org/whl/cpu
-ARG TORCH_INDEX_URL_GPU=https://download.pytorch.org/whl/cu128
+ARG TORCH_INDEX_URL_GPU=https://download.pytorch.org/whl/cu130
 
 FROM ${PYTHON_IMAGE} AS base-cpu
 

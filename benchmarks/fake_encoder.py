@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from densehybrid.encoder import representations as R
-from densehybrid.encoder.base import GATED_KINDS, Encoded, Encoder, EncoderSpec, Kind, Role, TokenizedText
+from densehybrid.encoder.base import (GATED_KINDS, Encoded, Encoder, EncoderSpec, Kind, Role, SparseVector,
+                                       TokenizedText)
 
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0
 
@@ -98,6 +99,11 @@ class FakeEncoder(Encoder):
             weight = 0.5 + (token_id % 97) / 97.0
             v[token_id] = max(float(v[token_id]), weight)
         return v
+
+    def lexical_tokenized(self, items: Sequence[TokenizedText], role: Role) -> list[SparseVector]:
+        if not self.has_lexical:
+            return super().lexical_tokenized(items, role)
+        return [SparseVector.from_dense(self._lexical(item.ids["fake"]).numpy()) for item in items]
 
     def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
         with self._lock:

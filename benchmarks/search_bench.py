@@ -60,17 +60,13 @@ def dhr_queries(count: int, seed: int = 2) -> tuple[np.ndarray, np.ndarray]:
     return xq, rng.integers(0, GATE_ROWS, (count, DLR_DIM), dtype=np.uint8)
 
 
-def _on_device(index: faiss.Index, device: str) -> faiss.Index:
-    return flat.to_device(index, "cuda") if device.startswith("cuda") and flat.gpu_count() else index
-
-
 def first_stage(config, device: str, bandwidth: dict) -> dict:
     dim = config.first_stage_dim
     rows = affordable_rows(config.first_stage_rows, dim * 4)
-    index = _on_device(flat_index(rows, dim), device)
+    index = flat_index(rows, dim)
     xq = np.random.default_rng(3).standard_normal((config.batch_size, dim), dtype=np.float32)
     out = {"rows": rows, "dim": dim, "requested_rows": config.first_stage_rows, "bytes": rows * dim * 4,
-           "faiss_device": "gpu" if flat.is_gpu(index) else "cpu"}
+           "faiss_device": "cpu"}
     one = time_calls(lambda: flat.search(index, xq[:1], config.depth), repeats=config.first_stage_repeats)
     with flat.omp_threads(2):
         two = time_calls(lambda: index.search(xq[:1], config.depth), repeats=max(3, config.first_stage_repeats // 2))
@@ -115,6 +111,51 @@ def rerank_and_approx(config, first_stage_ms: float) -> dict:
     return {"rerank": out, "approx_vs_ip": approx_section}
 
 
+def device_copy_gbps(device: str, nbytes: int = 1 << 30) -> float:
+    """Bytes read per second by a device-to-device copy (reads + writes counted once each: 2 x nbytes)."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    timed = time_calls(lambda: (dst.copy_(src), torch.cuda.synchronize(device)), repeats=10, warmup=2)
+    return 2 * nbytes / (timed.p50 / 1000.0) / 1e9
+
+
+def torch_first_stage(config, device: str, bandwidth: dict) -> dict:
+    """The exact torch first stage (the GPU path) at the same size, and its GIP rerank of K1 candidates."""
+    import torch
+
+    from densehybrid.index.device_search import TorchFlatIndex, search_devices
+
+    on_gpu = device.startswith("cuda")
+    dtype = torch.float16 if on_gpu else torch.float32
+    dim, item = config.first_stage_dim, 2 if on_gpu else 4
+    rows = affordable_rows(config.first_stage_rows, dim * 4)  # the host copy is float32 while it is built
+    xb = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
+    index = TorchFlatIndex(xb, None, search_devices(device) if on_gpu else ["cpu"], dtype=dtype)
+    del xb
+    xq = np.random.default_rng(3).standard_normal((1, dim), dtype=np.float32)
+    timed = time_calls(lambda: index.search(xq, config.depth), repeats=config.first_stage_repeats, warmup=2)
+    scanned = rows * dim * item / (timed.p50 / 1000.0) / 1e9
+    if on_gpu:
+        reference, kind = device_copy_gbps(search_devices(device)[0]), "device copy bandwidth"
+    else:
+        reference, kind = bandwidth.get("read_gbps_2_threads", 0), "2-thread read bandwidth"
+    del index
+    values, gates = dhr_rows(min(rows, max(config.rerank_candidates * 4, 100_000)))
+    dhr = TorchFlatIndex(values, gates, search_devices(device) if on_gpu else ["cpu"], dtype=dtype)
+    qv, qg = dhr_queries(1)
+    k1 = min(config.rerank_candidates, values.shape[0])
+    candidates = np.random.default_rng(4).choice(values.shape[0], k1, replace=False)[None, :].astype(np.int64)
+    rerank = time_calls(lambda: dhr.rerank(qv, qg, candidates, 10), repeats=config.first_stage_repeats, warmup=2)
+    return {"device": device, "dtype": str(dtype).removeprefix("torch."), "rows": rows, "dim": dim, "k": config.depth,
+            "batch1_ms": timed.to_dict(), "scan_gbps": round(scanned, 3), "bandwidth_gbps": round(reference, 2),
+            "bandwidth_kind": kind, "fraction_of_bandwidth": ratio(scanned, reference),
+            "rerank_candidates": k1, "rerank_ms": rerank.to_dict()}
+
+
 def run(config, device: str, bandwidth: dict) -> dict:
     fs = first_stage(config, device, bandwidth)
-    return {"first_stage": fs, **rerank_and_approx(config, fs["batch1_ms_1_thread"]["p50"])}
+    out = {"first_stage": fs, **rerank_and_approx(config, fs["batch1_ms_1_thread"]["p50"])}
+    out["torch"] = torch_first_stage(config, device, bandwidth)
+    return out

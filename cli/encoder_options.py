@@ -78,6 +78,21 @@ class EncoderOptions:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def fixed_lambda(self, command: str) -> float | None:
+        """λ for a command that has no corpus to choose it from (search, eval, serve)."""
+        if self.lam == "auto":
+            raise ValueError(f"--lambda auto chooses λ from the corpus at 'index build' only; give {command} a "
+                             "number (e.g. --lambda 0.5) or leave it out to use the index's λ")
+        return self.lam
+
+    def serve_settings(self) -> dict:
+        """The options given, as ServiceSettings fields (None and the dimension defaults mean 'not given')."""
+        defaults = {f.name: f.default for f in fields(self)}
+        given = {name: value for name, value in asdict(self).items() if value is not None and value != defaults[name]}
+        if "lam" in given:
+            given["lam"] = self.fixed_lambda("serve")
+        return given
+
 
 # name -> (annotation with its typer.Option, default); the order is the --help order
 _OPTIONS: dict[str, tuple[object, object]] = {

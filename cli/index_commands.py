@@ -18,28 +18,36 @@ from rich.table import Table
 
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.index import commands, flat
+from densehybrid.index.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.evaluate import EvalInputError
-from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError
+from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 from densehybrid.index.store import IndexStoreError, load_index
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.errors import fail
 
 log = logging.getLogger(__name__)
 console = Console()
 index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
+SEARCH_DEVICE_HELP = "first stage + rerank: auto (a GPU when present), cpu (Faiss), cuda, cuda:N"
 _KNOWN_ERRORS = (IndexStoreError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2)
 
 
 def _check_first_stage(value: str) -> str:
     if value not in FIRST_STAGES:
         raise typer.BadParameter(f"one of {', '.join(FIRST_STAGES)}")
     return value
+
+
+def _check_fusion(value: str | None) -> str | None:
+    if value is not None and value not in FUSION_METHODS:
+        raise typer.BadParameter(f"one of {', '.join(FUSION_METHODS)}")
+    return value
+
+
+_FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (zscore, minmax: per-query normalised; "
+                "lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
 
 
 @index_app.command("build")
@@ -55,6 +63,8 @@ def index_build(
     pq_m: int = typer.Option(0, "--pq", min=0, help="IndexPQ first stage with this many sub-quantizers (0: exact FlatIP)"),
     pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
+    fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
+                               help="dhr/fusion: the searches' default mix of the two parts (recorded in the manifest)"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
     encoder: EncoderOptions = None,
 ) -> None:
@@ -63,7 +73,7 @@ def index_build(
         raise typer.BadParameter("--model is required")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda else encoder.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
-                           name=name, progress=not no_progress)
+                           name=name, progress=not no_progress, fusion_method=fusion)
     try:
         model = commands.load_model(encoder.model, encoder.load_kwargs())
         start = time.perf_counter()
@@ -71,7 +81,7 @@ def index_build(
         seconds = time.perf_counter() - start
         index = load_index(out)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
 
@@ -80,12 +90,12 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
     """The index named on the command line: a directory, or a Milvus collection (issue 16)."""
     if milvus_uri or collection:
         if index_dir is not None or not (milvus_uri and collection):
-            raise typer.BadParameter("give either --index DIR or both --milvus-uri URI and --collection NAME")
+            fail("give either --index DIR or both --milvus-uri URI and --collection NAME")
         from densehybrid.index.milvus import open_collection
 
         return open_collection(milvus_uri, collection)
     if index_dir is None:
-        raise typer.BadParameter("--index DIR (or --milvus-uri URI --collection NAME) is required")
+        fail("--index DIR (or --milvus-uri URI --collection NAME) is required")
     return load_index(index_dir)
 
 
@@ -110,6 +120,8 @@ def search(
     candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
+    search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
+    fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
     encoder: EncoderOptions = None,
 ) -> None:
     """Search an index with one query; prints rank, id, score, a snippet and the stage times.
@@ -118,11 +130,12 @@ def search(
     """
     try:
         index, model = _load(index_dir, encoder, milvus_uri, collection)
-        searcher = Searcher(index)
+        searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
-                                      theta=theta, rerank=not no_rerank, lam=encoder.lam)
+                                      theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"),
+                                      method=fusion)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
     for rank, (doc, doc_id, score) in enumerate(zip(index.docs.get_many(found.results.ids[0]), found.results.ids[0],
                                                     found.results.scores[0]), 1):
@@ -146,25 +159,36 @@ def eval_command(
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only (no exact GIP)"),
     bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
+    search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
+    fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
     encoder: EncoderOptions = None,
 ) -> None:
-    """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries."""
+    """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries.
+
+    A fused index (dhr, fusion) also gets a row for each part alone, in the same table.
+    """
     try:
         index = _open(index_dir, milvus_uri, collection)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
-        outcome = commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
-                                    first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.lam,
-                                    rerank=not no_rerank)
+        search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
+                             rerank=not no_rerank, device=resolve_search_device(search_device, index))
+        if as_json:  # the asked-for system only, as before
+            outcomes = {"": commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
+                                              method=fusion, **search_kwargs)}
+        else:
+            outcomes = commands.eval_rows(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
+                                          method=fusion, **search_kwargs)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
+    last = list(outcomes.values())[-1]
     if as_json:
-        typer.echo(json.dumps(outcome.metrics))
+        typer.echo(json.dumps(last.metrics))
         return
-    what = "BM25" if bm25 else f"{index.spec.kind} ({index.spec.model_id})"
-    table = Table("system", *outcome.metrics, title=f"{index.name}: {outcome.queries} judged queries")
-    table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
+    table = Table("system", *last.metrics, title=f"{index.name}: {last.queries} judged queries")
+    for what, outcome in outcomes.items():
+        table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
     console.print(table)
-    console.print("  ".join(f"{key} {value:.1f}" for key, value in outcome.timing.items()))
+    console.print("  ".join(f"{key} {value:.1f}" for key, value in last.timing.items()))
 
 
 @index_app.command("export")
@@ -185,7 +209,7 @@ def index_export(
         with tqdm(total=index.count, unit="row", desc=f"export {index.name}", disable=no_progress) as bar:
             report = export_index(index, milvus_uri, collection, batch_size=batch_size, progress=bar.update)
     except _KNOWN_ERRORS as exc:
-        raise _fail(exc) from exc
+        fail(exc)
     resumed = f" (resumed at row {report.resumed_from})" if report.resumed_from else ""
     console.print(f"exported {index_dir} to {milvus_uri} collection {collection}: {report.rows} rows{resumed}")
 

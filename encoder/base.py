@@ -55,6 +55,8 @@ class EncoderSpec:
     model_id: str = ""
     dense_model_id: str | None = None
     weights_hash: str = ""
+    # sha256 of each tokenizer/config file by relative name (model_dir.identity_files); {} where unknown
+    identity_files: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -93,6 +95,20 @@ class Encoded:
 
 
 @dataclass(frozen=True)
+class SparseVector:
+    """The non-zero entries of one V-dim vector: token ids ascending (int64) and their weights (float32)."""
+
+    indices: np.ndarray
+    values: np.ndarray
+
+    @staticmethod
+    def from_dense(row) -> "SparseVector":
+        row = np.asarray(row, dtype=np.float32)
+        indices = np.flatnonzero(row)
+        return SparseVector(indices.astype(np.int64), row[indices])
+
+
+@dataclass(frozen=True)
 class TokenizedText:
     """One text's token ids per sub-model (``fusion`` has two), unpadded and truncated."""
 
@@ -119,6 +135,15 @@ class Encoder(abc.ABC):
 
     def encode(self, texts: Sequence[str], role: Role) -> Encoded:
         return self.encode_tokenized(self.tokenize(texts, role), role)
+
+    @property
+    def has_lexical(self) -> bool:
+        """Whether the model makes a V-dim lexical vector (every kind but ``cls``)."""
+        return self.spec.lexical is not None
+
+    def lexical_tokenized(self, items: Sequence[TokenizedText], role: Role) -> list[SparseVector]:
+        """Each text's V-dim lexical vector (DESIGN §2.1-§2.3, before DLR/aggregation) as its non-zeros."""
+        raise NotImplementedError(f"{self.spec.kind!r} models have no lexical vector")
 
     @abc.abstractmethod
     def term(self, token_id: int) -> str:

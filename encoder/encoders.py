@@ -23,15 +23,15 @@ import torch
 
 from densehybrid.encoder import representations as R
 from densehybrid.encoder.backbone import Backbone
-from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec, Role, TokenizedText
+from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec, Role, SparseVector, TokenizedText
 from densehybrid.encoder.device import autocast
 from densehybrid.encoder.heads import LinearHead
 from densehybrid.encoder.tokenization import length_chunks, pad
 
 MODEL_KEY = "model"
-# padded tokens per forward. The MLM path materialises a few (tokens x V) float32
-# tensors (logits, softmax, weighted, masked): 512 x 30522 x 4 B = 62.5 MB each.
-MLM_TOKEN_BUDGET = {"cpu": 512, "cuda": 2048}
+# padded tokens per forward. The MLM path holds the (tokens x V) logits (CPU float32: 512 x 30522 x 4 B
+# = 62.5 MB; CUDA fp16: 8192 x 30522 x 2 B = 500 MB, so a 64 x 128 batch of passages is one forward).
+MLM_TOKEN_BUDGET = {"cpu": 512, "cuda": 8192}
 DENSE_TOKEN_BUDGET = {"cpu": 8192, "cuda": 16384}
 # rows per forward for kinds with a lexical part: each row holds a V-dim vector
 # (30522 x 4 B = 122 KB) whatever its length, so short texts are capped by rows
@@ -120,6 +120,17 @@ class LexicalEncoder(TransformerEncoder):
             return R.skip_mlm_lexical(input_ids, weights, mask, self.backbone.vocab_size), hidden
         return R.term_weighted_mlm(logits, weights, mask), hidden
 
+    def lexical_tokenized(self, items: Sequence[TokenizedText], role: Role) -> list[SparseVector]:
+        rows = [item.ids[MODEL_KEY] for item in items]
+        out: list[SparseVector | None] = [None] * len(rows)
+        for chunk in length_chunks([len(r) for r in rows], self.token_budget, self.max_rows):
+            input_ids, mask = pad([rows[i] for i in chunk], self.backbone.tokenizer.pad_id, self._device)
+            with torch.inference_mode(), autocast(self._device):
+                lexical, _ = self._lexical(input_ids, mask, role)
+            for i, row in zip(chunk, lexical.float().cpu().numpy()):
+                out[i] = SparseVector.from_dense(row)
+        return out
+
     def _projected_cls(self, hidden, role) -> torch.Tensor:
         return self.pooler(R.cls_pool(hidden), role).float()
 
@@ -166,6 +177,9 @@ class FusionEncoder(Encoder):
         lexical = self.lexical.encode_tokenized([TokenizedText({MODEL_KEY: i.ids[LEXICAL_KEY]}) for i in items], role)
         dense = self.dense.encode_tokenized([TokenizedText({MODEL_KEY: i.ids[DENSE_KEY]}) for i in items], role)
         return Encoded(np.concatenate([lexical.values, dense.values], axis=1), lexical.gates)
+
+    def lexical_tokenized(self, items: Sequence[TokenizedText], role: Role) -> list[SparseVector]:
+        return self.lexical.lexical_tokenized([TokenizedText({MODEL_KEY: i.ids[LEXICAL_KEY]}) for i in items], role)
 
     def term(self, token_id: int) -> str:
         return self.lexical.term(token_id)

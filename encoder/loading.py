@@ -29,8 +29,8 @@ from densehybrid.encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEnco
 from densehybrid.encoder.errors import ModelDirError
 from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, head_exists, load_head, save_head
 from densehybrid.encoder.model_dir import (
-    PASSAGE_DIR, QUERY_DIR, ModelDir, ModelSettings, load_tokenizer, load_transformer, locate, open_model_dir,
-    save_transformer, weights_hash, write_settings,
+    PASSAGE_DIR, QUERY_DIR, ModelDir, ModelSettings, identity_files, load_tokenizer, load_transformer, locate,
+    open_model_dir, save_transformer, weights_hash, write_settings,
 )
 from densehybrid.encoder.tokenization import RoleTokenizer
 
@@ -108,6 +108,7 @@ def _spec(model_id: str, settings: ModelSettings, backbone: Backbone, hash_dirs:
     return EncoderSpec(lam=float(settings.lam) if settings.lam is not None else 1.0,
                        max_query_length=lengths["query"], max_passage_length=lengths["passage"],
                        vocab_size=backbone.vocab_size, model_id=model_id, weights_hash=weights_hash(hash_dirs),
+                       identity_files=identity_files(hash_dirs),
                        **fields)
 
 
@@ -171,7 +172,8 @@ def _load_fusion(model_id: str, model_dir: ModelDir, settings: ModelSettings, de
         normalize=dense.spec.normalize, model_id=model_id, dense_model_id=dense_id,
         max_query_length=min(lexical.spec.max_query_length, dense.spec.max_query_length),
         max_passage_length=min(lexical.spec.max_passage_length, dense.spec.max_passage_length),
-        weights_hash=weights_hash([lexical_dir.root, dense_dir.root]))
+        weights_hash=weights_hash([lexical_dir.root, dense_dir.root]),
+        identity_files=identity_files([lexical_dir.root, dense_dir.root]))
     return FusionEncoder(spec, lexical, dense)
 
 

@@ -29,6 +29,7 @@ from torch import nn
 
 from densehybrid.encoder import zoo
 from densehybrid.encoder.base import KINDS
+from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.errors import ModelDirError
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,11 @@ SETTINGS_FILE = "densehybrid.json"
 SETTINGS_FORMAT = 1
 QUERY_DIR, PASSAGE_DIR = "query_model", "passage_model"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# files besides the weights that change what a model computes: tokenizer and architecture (the settings in
+# densehybrid.json that matter are spec fields, compared one by one)
+IDENTITY_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
+                  "sentencepiece.bpe.model", "tokenizer.model")
 # checkpoint keys a backbone-only load may leave unused without being wrong
 _IGNORABLE_UNUSED = ("cls.", "lm_head.", "vocab_", "pooler.", "embeddings.position_ids")
 
@@ -170,8 +176,22 @@ def weights_hash(directories: list[Path]) -> str:
             raise ModelDirError(f"{directory}: no weight files ({', '.join(WEIGHT_SUFFIXES)})")
         for path in files:
             digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-            digest.update(zoo.sha256_of(path).encode())
+            digest.update(sha256_file(path).encode())
     return digest.hexdigest()
+
+
+def identity_files(directories: list[Path]) -> dict[str, str]:
+    """sha256 of every tokenizer and config file (:data:`IDENTITY_FILES`) under the directories, by relative name.
+
+    With several directories (fusion) each name starts with its directory's name.
+    """
+    directories = [Path(d) for d in directories]
+    digests = {}
+    for directory in directories:
+        prefix = f"{directory.name}/" if len(directories) > 1 else ""
+        for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name in IDENTITY_FILES):
+            digests[prefix + path.relative_to(directory).as_posix()] = sha256_file(path)
+    return digests
 
 
 # -- transformers checkpoints ---------------------------------------------------

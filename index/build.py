@@ -9,7 +9,6 @@ sizes, and every writer is deterministic (the manifest's creation time aside).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,8 +18,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec
-from densehybrid.index import flat, lambda_auto, shards, store
+from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
+from densehybrid.encoder.checksums import sha256_file
+from densehybrid.index import flat, fusion, lambda_auto, shards, store
+from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.store import Document, IndexWriteError
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: flat.PQConfig | None = None
+    # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion)
+    fusion_method: str = "lambda"
     name: str | None = None
     resume: bool = False
     overwrite: bool = False
@@ -41,15 +44,8 @@ class BuildOptions:
 
 def read_corpus(path: Path) -> Iterator[Document]:
     """BEIR ``corpus.jsonl``: one JSON object per line with ``_id``, optional ``title``, ``text``."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise IndexWriteError(f"{path}:{number}: not a corpus line with _id and text ({exc})") from exc
+    for row in read_jsonl(path, required=("_id",), what="a corpus line with _id and text", error=IndexWriteError):
+        yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
 
 
 def count_corpus(path: Path) -> int:
@@ -80,7 +76,7 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
     """What a resumed build must share with the interrupted one."""
     return {
         "format_version": store.FORMAT_VERSION,
-        "corpus_sha256": store.sha256_file(corpus),
+        "corpus_sha256": sha256_file(corpus),
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
         "shard_size": options.shard_size,
@@ -114,6 +110,15 @@ def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[floa
     return lambda_auto.choose(encoder, texts, values, gates)
 
 
+def fusion_record(spec: EncoderSpec, method: str) -> dict:
+    """The manifest's ``fusion`` entry: the default weighting of a fused kind's parts ({} otherwise)."""
+    if spec.kind not in SCALED_KINDS:
+        return {}
+    if method not in fusion.FUSION_METHODS:
+        raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(fusion.FUSION_METHODS)}")
+    return {"fusion": {"method": method, "dense_weight": fusion.DEFAULT_DENSE_WEIGHT}}
+
+
 def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions()) -> Path:
     """Build and publish an index of ``corpus`` at ``out``; returns ``out``."""
     corpus, out = Path(corpus), Path(out)
@@ -121,6 +126,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         raise ValueError("batch_size and shard_size must be >= 1")
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
+    fusion_info = fusion_record(encoder.spec, options.fusion_method)
     total = count_corpus(corpus)
     work = shards.work_dir(out)
     shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
@@ -131,8 +137,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     store.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
-        extra={"lambda": lam_info, "build": {"corpus_sha256": store.sha256_file(corpus), "batch_size": options.batch_size,
-                                              "shard_size": options.shard_size}},
+        extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
+                                              "shard_size": options.shard_size}, **fusion_info},
     )
     store.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
@@ -142,7 +148,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: flat.PQConfig | None = None, name: str | None = None,
-                      shard_size: int = 65_536) -> Path:
+                      shard_size: int = 65_536, fusion_method: str = "lambda") -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools)."""
     out = Path(out)
     if out.exists():
@@ -156,7 +162,8 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
     store.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
-                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"}, extra={"lambda": {"method": "fixed"}})
+                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
+                         extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method)})
     store.publish(staged, out)
     shards.finish(work)
     return out

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from densehybrid.encoder.base import Encoder, EncoderSpec
+from densehybrid.encoder.base import SCALED_KINDS, Encoder, EncoderSpec
 from densehybrid.index import evaluate
-from densehybrid.index.searcher import Searcher, SearchResults
+from densehybrid.index.searcher import Searcher, SearchResults, resolve_method
 from densehybrid.index.store import IndexFiles, check_compatible
 
 log = logging.getLogger(__name__)
@@ -96,3 +96,22 @@ def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder
         evaluate.write_trec_run(run_path, qids, ids, scores, tag)
     metrics = evaluate.evaluate(evaluate.to_run(qids, ids, scores), qrels)
     return EvalOutcome(metrics, len(qids), timing)
+
+
+def eval_rows(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder | None, bm25: bool = False,
+              run_path: Path | None = None, method: str | None = None, **kwargs) -> dict[str, EvalOutcome]:
+    """The rows ``eval`` prints: the system asked for and, for a fused index, each part alone.
+
+    -> {label: outcome}, the asked-for system last (the run file, if any, is its run).
+    """
+    rows: dict[str, EvalOutcome] = {}
+    if not bm25 and index.spec.kind in SCALED_KINDS:
+        for part in ("lexical", "dense"):
+            rows[f"{part} part alone"] = run_eval(index, queries_path, qrels_path, encoder=encoder, method=part, **kwargs)
+        chosen = resolve_method(index, method, kwargs.get("lam"))
+        label = f"fusion ({chosen}" + (f", λ = {kwargs.get('lam') or index.lam:.4g})" if chosen == "lambda" else ")")
+    else:
+        label = "BM25" if bm25 else f"{index.spec.kind} ({index.spec.model_id})"
+    rows[label] = run_eval(index, queries_path, qrels_path, encoder=encoder, bm25=bm25, run_path=run_path,
+                           method=method, **kwargs)
+    return rows

@@ -8,13 +8,14 @@ does); a judged query that retrieved nothing scores 0, not "absent".
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import ir_measures
 from ir_measures import R, RR, nDCG
+
+from densehybrid.index.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +31,8 @@ class EvalInputError(ValueError):
 
 def read_queries(path: str | Path) -> dict[str, str]:
     """BEIR ``queries.jsonl`` (``_id``, ``text``) -> {query id: text}, in file order."""
-    queries: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                queries[str(row["_id"])] = str(row["text"])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise EvalInputError(f"{path}:{number}: not a query line with _id and text ({exc})") from exc
-    return queries
+    rows = read_jsonl(path, required=("_id", "text"), what="a query line with _id and text", error=EvalInputError)
+    return {str(row["_id"]): str(row["text"]) for row in rows}
 
 
 def parse_qrels_line(fields: Sequence[str]) -> tuple[str, str, int] | None:

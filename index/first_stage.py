@@ -24,16 +24,23 @@ class VectorStore(Protocol):
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact GIP of candidate ``rows`` (Q, K) -> the top ``k`` (scores, rows) per query."""
 
+    def score_rows(self, xqs: Sequence[np.ndarray], gq: np.ndarray | None, rows: np.ndarray) -> list[np.ndarray]:
+        """Exact GIP (Q, K) of candidate ``rows`` for each query array in ``xqs`` (the parts of a
+        normalised fusion); scores where ``rows`` is -1 are meaningless (callers mask them)."""
+
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         """Document ids of index rows, in the given order."""
 
 
 class LocalStore:
-    """A loaded index directory: Faiss on ``device`` for the first stage, the float16 values for the rerank."""
+    """A loaded index directory: Faiss (CPU) for the first stage, the float16 values for the rerank.
 
-    def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool = False):
+    (The torch engine, ``index.device_search``, is the other local path; the searcher keeps it as is.)
+    """
+
+    def __init__(self, index: IndexFiles):
         self.index = index
-        self.faiss = flat.to_device(index.faiss, device, float16=float16)
+        self.faiss = index.faiss
 
     def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         scores, rows = flat.search(self.faiss, xq, depth)
@@ -41,6 +48,10 @@ class LocalStore:
 
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return gip.rerank(xq, gq, self.index.values, self.index.gates, rows, k)
+
+    def score_rows(self, xqs: Sequence[np.ndarray], gq: np.ndarray | None, rows: np.ndarray) -> list[np.ndarray]:
+        safe = np.where(rows >= 0, rows, 0)
+        return [gip.score_rows(xq, gq, self.index.values, self.index.gates, safe) for xq in xqs]
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         return [self.index.doc_ids[r] for r in rows]
@@ -53,9 +64,17 @@ def rerank_fetched(xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: i
     ``values`` (U, dim) and ``gates`` (U, G) are the stored vectors of ``fetched_rows``;
     ``rows`` (Q, K) are index rows (-1 = none), every one of them in ``fetched_rows``.
     """
+    valid = rows >= 0
+    scores = score_fetched([xq], gq, rows, fetched_rows, values, gates)[0]
+    return gip.sort_by_score(scores, np.where(valid, rows, -1), k)
+
+
+def score_fetched(xqs: Sequence[np.ndarray], gq: np.ndarray | None, rows: np.ndarray, fetched_rows: np.ndarray,
+                  values: np.ndarray, gates: np.ndarray | None) -> list[np.ndarray]:
+    """:func:`gip.score_rows` for each of ``xqs`` over vectors fetched for ``fetched_rows`` only."""
     order = np.argsort(fetched_rows, kind="stable")
     valid = rows >= 0
     position = np.searchsorted(fetched_rows[order], np.where(valid, rows, fetched_rows.min(initial=0)))
-    local = order[np.minimum(position, len(order) - 1)]
-    scores = gip.score_rows(xq, gq, values, gates, np.where(valid, local, 0))
-    return gip.sort_by_score(scores, np.where(valid, rows, -1), k)
+    local = order[np.minimum(position, max(len(order) - 1, 0))] if len(order) else np.zeros_like(rows)
+    safe = np.where(valid, local, 0)
+    return [gip.score_rows(xq, gq, values, gates, safe) for xq in xqs]

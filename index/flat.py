@@ -1,6 +1,10 @@
 """The Faiss first stage: build (FlatIP or PQ), move to a device, search fast.
 
 Facts this module builds on (DESIGN §10, re-measured on the 2-core build box):
+Faiss runs on the CPU only: the GPU first stage is :mod:`densehybrid.index.device_search`
+(exact torch matmul + top-k), because the faiss-gpu-cu12 wheels carry no sm_90 kernels and a
+Faiss assertion aborts the whole process (DESIGN §6).
+
 - batch-1 scans are faster with one OpenMP thread (memory bound; a second
   thread only adds contention), so ``search`` drops to one thread for nq == 1;
 - Faiss only switches to BLAS above ``distance_compute_blas_threshold``
@@ -92,47 +96,7 @@ def tune_blas(threshold: int = BATCHED_BLAS_THRESHOLD) -> None:
 def search(index: faiss.Index, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """xq (Q, d) float32 -> scores (Q, k) float32, rows (Q, k) int64 (-1 where fewer than k rows)."""
     xq = np.ascontiguousarray(xq, dtype=np.float32)
-    if xq.shape[0] == 1 and not is_gpu(index):
+    if xq.shape[0] == 1:
         with omp_threads(1):
             return index.search(xq, k)
     return index.search(xq, k)
-
-
-# -- device choice (one function) ----------------------------------------------------------
-
-def gpu_count() -> int:
-    """GPUs Faiss can use (0 with faiss-cpu)."""
-    get = getattr(faiss, "get_num_gpus", None)
-    return int(get()) if get is not None else 0
-
-
-def is_gpu(index: faiss.Index) -> bool:
-    return "Gpu" in type(index).__name__ or "IndexShards" in type(index).__name__
-
-
-def to_device(index: faiss.Index, device: str, *, float16: bool = False) -> faiss.Index:
-    """Place a CPU index on ``device``: "cpu", "cuda" (every GPU, sharded), or "cuda:N" (one GPU).
-
-    On GPUs Faiss's own classes do the work: ``index_cpu_to_gpu`` for one device,
-    ``index_cpu_to_all_gpus`` with sharding for several; ``float16`` stores the
-    vectors in half precision on the GPU.
-    """
-    if device == "cpu":
-        return index
-    if not device.startswith("cuda"):
-        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N")
-    available = gpu_count()
-    if available == 0:
-        raise ValueError(f"device {device!r} requested but Faiss sees no GPU (is faiss-gpu installed?)")
-    if ":" in device:  # pragma: no cover - needs a GPU
-        options = faiss.GpuClonerOptions()
-        options.useFloat16 = float16
-        resources = faiss.StandardGpuResources()
-        gpu_index = faiss.index_cpu_to_gpu(resources, int(device.split(":")[1]), index, options)
-        gpu_index.referenced_resources = resources  # keep alive as long as the index
-        return gpu_index
-    options = faiss.GpuMultipleClonerOptions()  # pragma: no cover - needs a GPU
-    options.shard = True
-    options.useFloat16 = float16
-    log.info("sharding the Faiss index over %d GPUs", available)
-    return faiss.index_cpu_to_all_gpus(index, co=options)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
-from densehybrid.index.first_stage import rerank_fetched
+from densehybrid.index.first_stage import rerank_fetched, score_fetched
+from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
 from densehybrid.index.store import Document, IndexFiles, IndexLoadError, IndexStoreError
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,11 @@ class MilvusStore:
         fetched, values, gates = self.vectors(rows[rows >= 0])
         return rerank_fetched(xq, gq, rows, k, fetched, values, gates)
 
+    def score_rows(self, xqs: Sequence[np.ndarray], gq: np.ndarray | None, rows: np.ndarray) -> list[np.ndarray]:
+        """Exact GIP of candidate ``rows`` for each of ``xqs``, from one fetch of their vectors."""
+        fetched, values, gates = self.vectors(rows[rows >= 0])
+        return score_fetched(xqs, gq, rows, fetched, values, gates)
+
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         entities = self.fetch(rows, ["doc_id"])
         return [entities[int(r)]["doc_id"] for r in rows]
@@ -302,6 +308,10 @@ class MilvusIndex:
     name = property(lambda self: self.manifest["name"])
     count = property(lambda self: int(self.manifest["count"]))
     lam = property(lambda self: float(self.manifest["lam"]))
+    # normalised fusion (index.fusion) works on a collection too: the searcher scores both parts of the
+    # candidates from one fetch of their vectors (MilvusStore.score_rows)
+    fusion_method = property(lambda self: str(self.manifest.get("fusion", {}).get("method", "lambda")))
+    dense_weight = property(lambda self: float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT)))
 
     def row_of(self, doc_id: str) -> int | None:
         return self.docs.row_of(doc_id)

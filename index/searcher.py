@@ -3,7 +3,8 @@
 ``Searcher.search`` takes encoded queries (raw, as encoders return them), scales
 their open part by λ for ``dhr``/``fusion``, runs the first stage (Faiss ``ip``
 or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
-for gated kinds, and returns ids, scores, rows and per-stage times. Ties are
+for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
+separately, normalised over the candidates and mixed), and returns ids, scores, rows and per-stage times. Ties are
 ordered by row number, so equal inputs give equal outputs on every run.
 """
 
@@ -17,7 +18,8 @@ from typing import Literal
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
-from densehybrid.index import flat, gip
+from densehybrid.index import flat, fusion, gip
+from densehybrid.index.device_search import TorchFlatIndex, search_devices
 from densehybrid.index.first_stage import LocalStore, VectorStore
 from densehybrid.index.store import IndexFiles, IndexMismatchError
 
@@ -30,6 +32,37 @@ MAX_CANDIDATES = 10_000
 
 class SearchError(ValueError):
     """A search request is out of range (k, candidates, first stage, λ)."""
+
+
+def resolve_search_device(requested: str | None, index: IndexFiles) -> str:
+    """Where the first stage and rerank run, chosen apart from the encoder's device.
+
+    ``auto``/None: a GPU when torch sees one and the index is exact (FlatIP), else the CPU.
+    ``cpu``: Faiss on the CPU. ``cuda``/``cuda:N``: exact torch search on that GPU (all GPUs
+    for ``cuda``); a PQ index has no exact rows to scan there, so it stays on the CPU (logged).
+    """
+    import torch
+
+    if getattr(index, "vector_store", None) is not None:  # a Milvus collection: Milvus searches, the rerank is local numpy
+        if requested not in (None, "", "auto", "cpu"):
+            log.info("a Milvus collection searches in Milvus (search device %s ignored)", requested)
+        return "cpu"
+    pq = flat.first_stage_description(index.faiss) == "pq"
+    if requested in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() and not pq else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if not requested.startswith("cuda"):
+        raise SearchError(f"unknown search device {requested!r}; use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise SearchError(f"search device {requested!r} requested but torch sees no CUDA device; use cpu or auto")
+    index_no = requested.partition(":")[2]
+    if index_no and (not index_no.isdigit() or int(index_no) >= torch.cuda.device_count()):
+        raise SearchError(f"search device {requested!r}: only {torch.cuda.device_count()} CUDA devices exist")
+    if pq:
+        log.info("the index's first stage is PQ: it searches on the CPU (search device %s ignored)", requested)
+        return "cpu"
+    return requested
 
 
 @dataclass
@@ -46,17 +79,50 @@ def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-class Searcher:
-    """Searches one loaded index: a local directory (Faiss placed on ``device`` once) or a
-    Milvus collection (``index.milvus.MilvusIndex``, which brings its own :class:`VectorStore`)."""
+def resolve_method(index: IndexFiles, method: str | None, lam: float | None) -> str:
+    """The weighting a search of ``index`` uses: the one asked for; else the raw λ sum when a λ is
+    given (a per-request λ keeps its meaning); else the index's default. Unscaled kinds: ``lambda``."""
+    if index.spec.kind not in SCALED_KINDS:
+        return "lambda"
+    if method is None:
+        return "lambda" if lam is not None else index.fusion_method
+    if method not in fusion.FUSION_METHODS:
+        raise SearchError(f"unknown fusion method {method!r}; use one of {', '.join(fusion.FUSION_METHODS)}")
+    return method
 
-    def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool = False):
+
+class Searcher:
+    """Searches one loaded index: a local directory or a Milvus collection
+    (``index.milvus.MilvusIndex``, which brings its own :class:`VectorStore`; always the Faiss-like path).
+
+    ``device`` "cpu": Faiss first stage, numpy/torch-CPU rerank. A CUDA device (see
+    :func:`resolve_search_device`): values and gates are copied to the GPU(s) once and the exact
+    first stage and rerank run there in torch (float16 storage unless ``float16=False``).
+    ``engine="torch"`` runs that same torch path on the CPU (float32): the CPU twin tests use it.
+    """
+
+    def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool | None = None,
+                 engine: Literal["faiss", "torch"] | None = None):
         self.index = index
         self.spec = index.spec
         self.device = device
-        flat.tune_blas()
-        remote = getattr(index, "vector_store", None)
-        self.store: VectorStore = remote if remote is not None else LocalStore(index, device=device, float16=float16)
+        on_gpu = device.startswith("cuda")
+        remote: VectorStore | None = getattr(index, "vector_store", None)
+        if remote is not None and engine == "torch":
+            raise SearchError("the torch search engine needs a local index; a Milvus collection searches in Milvus")
+        self.engine = "milvus" if remote is not None else engine or ("torch" if on_gpu else "faiss")
+        self.store: VectorStore | None = remote
+        self._torch: TorchFlatIndex | None = None
+        if self.engine == "torch":
+            import torch
+
+            half = on_gpu if float16 is None else float16
+            self._torch = TorchFlatIndex(index.values, index.gates if self.reranks else None, search_devices(device),
+                                         dtype=torch.float16 if half else torch.float32)
+        else:
+            flat.tune_blas()
+            if self.store is None:
+                self.store = LocalStore(index)
 
     @property
     def reranks(self) -> bool:
@@ -86,20 +152,56 @@ class Searcher:
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
         if first_stage == "approx_gip":
-            if not isinstance(self.store, LocalStore):
+            if self.engine == "milvus":
                 raise SearchError("first stage approx_gip needs a local index; a Milvus collection serves ip")
             return gip.approx_topk(xq, gq, self.index.values, self.index.gates, theta, depth)
+        if self._torch is not None:
+            return self._torch.search(xq, depth)
         return self.store.inner_product(xq, depth)
 
+    def fusion_method(self, method: str | None, lam: float | None) -> str:
+        return resolve_method(self.index, method, lam)
+
+    def _part_query(self, xq: np.ndarray, method: str) -> np.ndarray:
+        """A one-part method searches with the other part's dims zeroed; the others with ``xq`` as is."""
+        if method not in ("lexical", "dense"):
+            return xq
+        lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
+        return lexical if method == "lexical" else dense
+
+    def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
+                      dense_weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """Exact part scores of the candidates, normalised per query over them and mixed; top ``k``."""
+        valid = rows >= 0
+        safe_rows = np.where(valid, rows, 0)
+        lexical_q, dense_q = fusion.split_query(xq, self.spec.gated_dim)
+        if self.store is not None:  # one fetch of the candidates' vectors for both parts (Milvus)
+            lexical, dense = self.store.score_rows([lexical_q, dense_q], gq, rows)
+        else:
+            lexical = gip.score_rows(lexical_q, gq, self.index.values, self.index.gates, safe_rows)
+            dense = gip.score_rows(dense_q, gq, self.index.values, self.index.gates, safe_rows)
+        fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, valid=valid)
+        return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
+
     def search(self, queries: Encoded, *, k: int = 10, first_stage: FirstStage = "ip", candidates: int = 1000,
-               theta: float = 0.1, rerank: bool = True, lam: float | None = None) -> SearchResults:
-        """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking."""
+               theta: float = 0.1, rerank: bool = True, lam: float | None = None, method: str | None = None,
+               dense_weight: float | None = None) -> SearchResults:
+        """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking.
+
+        ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
+        (see ``fusion_method``); the normalised ones (``zscore``, ``minmax``) take their first-stage
+        candidates from the λ sum and normalise each part over them, so they need the rerank.
+        """
         self._check(queries, k, first_stage, candidates)
+        method = self.fusion_method(method, lam)
+        dense_weight = self.index.dense_weight if dense_weight is None else dense_weight
+        if not 0.0 <= dense_weight <= 1.0:
+            raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
         n = self.index.count
         if len(queries) == 0 or n == 0:
             empty = [[] for _ in range(len(queries))]
             return SearchResults(empty, [list(e) for e in empty], [list(e) for e in empty], {"search_ms": 0.0, "rerank_ms": 0.0})
-        xq = self.scale(queries.values, lam)
+        xq = self._part_query(self.scale(queries.values, lam), method)
         gq = queries.gates if self.reranks else None
         second = rerank and self.reranks
         depth = min(n, max(k, candidates) if second else k)
@@ -107,7 +209,11 @@ class Searcher:
         scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
         search_ms = _ms(start)
         start = time.perf_counter()
-        if second:
+        if second and method in fusion.NORMALISED_METHODS:
+            scores, rows = self._fused_rerank(xq, gq, rows, k, method, dense_weight)
+        elif second and self._torch is not None:
+            scores, rows = self._torch.rerank(xq, gq, rows, k)
+        elif second:
             scores, rows = self.store.rerank(xq, gq, rows, k)
         rerank_ms = _ms(start) if second else 0.0
         return self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})
@@ -118,6 +224,11 @@ class Searcher:
             keep = q_rows >= 0
             out_rows.append([int(r) for r in q_rows[keep]])
             out_scores.append([float(s) for s in q_scores[keep]])
-        flat_ids = iter(self.store.ids_of([r for q_rows in out_rows for r in q_rows]))
+        every_row = [r for q_rows in out_rows for r in q_rows]
+        if self.store is not None:
+            flat_ids = iter(self.store.ids_of(every_row))
+        else:
+            doc_ids = self.index.doc_ids
+            flat_ids = iter([doc_ids[r] for r in every_row])
         ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
         return SearchResults(ids, out_scores, out_rows, timing)

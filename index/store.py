@@ -19,7 +19,6 @@ naming the file and the problem.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -34,6 +33,8 @@ import faiss
 import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
+from densehybrid.encoder.checksums import sha256_file
+from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,17 @@ class IndexFiles:
         """The index's default λ for the dense part of ``dhr``/``fusion`` queries."""
         return float(self.manifest["lam"])
 
+    @property
+    def fusion_method(self) -> str:
+        """How ``dhr``/``fusion`` searches mix the two parts by default (``index.fusion``); indexes
+        built before the manifest recorded it use the raw λ sum."""
+        return str(self.manifest.get("fusion", {}).get("method", "lambda"))
+
+    @property
+    def dense_weight(self) -> float:
+        """The dense part's weight in the normalised fusion methods."""
+        return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
+
     def row_of(self, doc_id: str) -> int | None:
         if self._row_by_id is None:
             self._row_by_id = {d: i for i, d in enumerate(self.doc_ids)}
@@ -156,11 +168,6 @@ class IndexFiles:
 
 
 # -- writing -----------------------------------------------------------------------------
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
 
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
     with open(directory / DOC_IDS, "w", encoding="utf-8") as f:
@@ -351,3 +358,28 @@ def check_compatible(index_spec: EncoderSpec, model_spec: EncoderSpec) -> None:
         if want != got:
             raise IndexMismatchError(f"model does not match the index: {name} is {got!r} for the model "
                                      f"but {want!r} for the index")
+    check_identity_files(index_spec.identity_files, model_spec.identity_files)
+
+
+def check_identity_files(index_files: dict[str, str], model_files: dict[str, str]) -> None:
+    """Refuse a model whose tokenizer or config files differ from those the index was built with.
+
+    Indexes written before these digests were recorded have none: they still load, with a warning.
+    """
+    if not index_files:
+        if model_files:
+            log.warning("the index records no tokenizer/config digests (built before they were locked): "
+                        "a changed tokenizer cannot be detected; rebuild the index to lock them")
+        return
+    for name in sorted(set(index_files) | set(model_files)):
+        want, got = index_files.get(name), model_files.get(name)
+        if want == got:
+            continue
+        if got is None:
+            change = "is missing from the model"
+        elif want is None:
+            change = "is new in the model"
+        else:
+            change = f"changed (sha256 {got[:12]} for the model, {want[:12]} for the index)"
+        raise IndexMismatchError(f"model does not match the index: tokenizer/config file {name} {change}; "
+                                 "serve the model the index was built with, or rebuild the index")

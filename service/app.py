@@ -17,9 +17,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from densehybrid.encoder.base import Encoder
+from densehybrid.service import compat_cohere, compat_openai, compat_tei
 from densehybrid.service.errors import install_error_handlers
+from densehybrid.service.docs_assets import declare_bearer_auth, install_offline_docs
 from densehybrid.service.metrics import ServiceMetrics
-from densehybrid.service.middleware import ServiceMiddleware
+from densehybrid.service.middleware import OPEN_PATHS, ServiceMiddleware
+from densehybrid.service.page import install_search_page
 from densehybrid.service.routes import build_router
 from densehybrid.service.runtime import Runtime, load_components
 from densehybrid.service.settings import ServiceSettings, log_effective
@@ -31,7 +34,7 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     if encoder is None:
         encoder, loaded_index = load_components(settings)
         index = index if index is not None else loaded_index
-    runtime = Runtime(settings, encoder, index, metrics=ServiceMetrics())
+    runtime = Runtime(settings, encoder, index, metrics=ServiceMetrics(request_timeout_s=settings.request_timeout_s))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -45,18 +48,25 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
             with contextlib.suppress(Exception):
                 await warm_up
 
-    app = FastAPI(title="densehybrid", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="densehybrid", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Dense hybrid retrieval (Aggretriever, DHR, [CLS]): search, encode, explain.")
     app.state.runtime = runtime
     install_error_handlers(app)
     app.include_router(build_router(runtime))
+    install_offline_docs(app)
+    install_search_page(app, runtime)
+    for compat in (compat_openai, compat_tei, compat_cohere):  # client-compatible APIs (issue 13)
+        app.include_router(compat.build_router(runtime))
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["Server-Timing", "X-Request-ID", "Retry-After"])
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    if api_key is not None:
+        declare_bearer_auth(app, open_paths=OPEN_PATHS)
+    write_key = settings.write_api_key.get_secret_value() if settings.write_api_key is not None else None
     app.add_middleware(ServiceMiddleware, metrics=runtime.metrics, api_key=api_key,
-                       max_body_bytes=settings.max_body_bytes)
+                       max_body_bytes=settings.max_body_bytes, write_api_key=write_key)
     return app
 
 

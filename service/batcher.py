@@ -2,7 +2,7 @@
 
 Requests arrive already tokenized (tokenization runs on the request side) and
 wait in a bounded queue counted in texts. The worker takes the oldest job and
-adds the following jobs of the same role while the batch stays within
+adds the following jobs of the same role and output while the batch stays within
 ``max_batch_size`` texts and ``max_batch_tokens`` padded tokens, waiting at most
 ``max_wait_s`` for more to arrive. One forward encodes the batch; each job gets
 its own rows back. A job bigger than the limits runs alone (the encoder bounds
@@ -21,12 +21,15 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
-from densehybrid.encoder.base import Encoded, Encoder, Role, TokenizedText
+from densehybrid.encoder.base import Encoded, Encoder, Role, SparseVector, TokenizedText
 from densehybrid.service.errors import EncoderFailed, EncoderTimeout, NotReady, QueueFull
 
 log = logging.getLogger(__name__)
+
+# what a job asks the forward for: the index's rows, or the V-dim lexical vectors (TEI's /embed_sparse)
+Output = Literal["vectors", "lexical"]
 
 
 class BatchObserver(Protocol):
@@ -46,7 +49,7 @@ class _NoObserver:
 class EncodeOutcome:
     """One job's rows and where its time went."""
 
-    encoded: Encoded
+    encoded: Encoded | list[SparseVector]  # rows, or lexical vectors for output="lexical"
     queue_ms: float
     encode_ms: float
     batch_texts: int
@@ -56,6 +59,7 @@ class EncodeOutcome:
 class _Job:
     items: list[TokenizedText]
     role: Role
+    output: Output = "vectors"
     enqueued: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=Future)
 
@@ -111,9 +115,9 @@ class Batcher:
         return self._queued_texts
 
     # -- request side -----------------------------------------------------------
-    def submit(self, items: list[TokenizedText], role: Role) -> Future:
+    def submit(self, items: list[TokenizedText], role: Role, output: Output = "vectors") -> Future:
         """Queue one job; its future resolves to an :class:`EncodeOutcome` or an error."""
-        job = _Job(list(items), role)
+        job = _Job(list(items), role, output)
         with self._cond:
             if self._closing:
                 self.observer.count_rejected("shutting_down")
@@ -128,9 +132,10 @@ class Batcher:
             self._cond.notify()
         return job.future
 
-    async def encode(self, items: list[TokenizedText], role: Role, timeout_s: float | None = None) -> EncodeOutcome:
+    async def encode(self, items: list[TokenizedText], role: Role, timeout_s: float | None = None,
+                     output: Output = "vectors") -> EncodeOutcome:
         """Submit and await. Cancelling the awaiting task drops the job if it has not started."""
-        future = self.submit(items, role)
+        future = self.submit(items, role, output)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
         except asyncio.TimeoutError:
@@ -166,7 +171,7 @@ class Batcher:
         return texts <= self.max_batch_size and texts * longest <= self.max_batch_tokens
 
     def _next_batch(self) -> list[_Job] | None:
-        """Block for the oldest job, then gather same-role jobs that fit, waiting at most max_wait_s."""
+        """Block for the oldest job, then gather same-role, same-output jobs that fit, waiting at most max_wait_s."""
         with self._cond:
             while not self._jobs and not self._closing:
                 self._cond.wait()
@@ -177,7 +182,7 @@ class Batcher:
             while True:
                 if self._jobs:
                     head = self._jobs[0]
-                    if head.role != batch[0].role or not self._fits(batch, head):
+                    if (head.role, head.output) != (batch[0].role, batch[0].output) or not self._fits(batch, head):
                         break
                     batch.append(self._jobs.popleft())
                     continue
@@ -200,7 +205,8 @@ class Batcher:
             started = time.perf_counter()
             for job in live:
                 self.observer.observe_queue_wait(started - job.enqueued)
-            encoded = self.encoder.encode_tokenized(items, role)
+            forward = self.encoder.lexical_tokenized if live[0].output == "lexical" else self.encoder.encode_tokenized
+            encoded = forward(items, role)
             if len(encoded) != len(items):
                 raise RuntimeError(f"encoder returned {len(encoded)} rows for {len(items)} texts")
             seconds = time.perf_counter() - started

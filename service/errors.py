@@ -1,7 +1,9 @@
 """One exception hierarchy for the service and one mapping to HTTP (DESIGN §5).
 
 Every error leaves as ``{"error": {"type": ..., "message": ...}}`` with its
-status; 429 adds ``Retry-After``. Handlers raise :class:`ServiceError`
+status; 429 adds ``Retry-After``. The OpenAI-compatible routes (``/v1/embeddings``,
+``/v1/models``) answer in OpenAI's shape ``{"error": {"message", "type", "code"}}``
+so that its SDKs raise their own typed errors. Handlers raise :class:`ServiceError`
 subclasses; validation errors of FastAPI and routing errors of Starlette are
 mapped here too, so that no other module decides a status code.
 """
@@ -20,7 +22,9 @@ from densehybrid.index.milvus import MilvusUnavailableError
 log = logging.getLogger(__name__)
 
 # request-size limits live in the schemas as max_length; exceeding them is a 413, not a 422
-_SIZE_LIMITED_FIELDS = {("body", "queries"), ("body", "texts")}
+_SIZE_LIMITED_FIELDS = {("body", "queries"), ("body", "texts"), ("body", "input"), ("body", "inputs"),
+                        ("body", "documents")}
+OPENAI_PATHS = ("/v1/embeddings", "/v1/models")
 
 
 class ServiceError(Exception):
@@ -39,6 +43,10 @@ class InvalidRequest(ServiceError):
 
 class PayloadTooLarge(ServiceError):
     status, type = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    status, type = 415, "unsupported_media_type"
 
 
 class Unauthorized(ServiceError):
@@ -94,60 +102,102 @@ class ClientGone(ServiceError):
     status, type = 499, "client_closed_request"
 
 
+class InsufficientStorage(ServiceError):
+    """The disk is full: the change was not logged, so it was not applied."""
+
+    status, type = 507, "insufficient_storage"
+
+
+class WritesDisabled(ServiceError):
+    status, type = 403, "writes_disabled"
+
+
 class SearchFailed(ServiceError):
     status, type = 500, "search_error"
 
 
-def error_body(error_type: str, message: str) -> dict:
+def error_body(error_type: str, message: str, status: int = 500, path: str = "") -> dict:
+    if path.startswith(OPENAI_PATHS):
+        # OpenAI's families of `type`; our finer type goes to `code`
+        family = "server_error" if status >= 500 else "invalid_request_error"
+        return {"error": {"message": message, "type": family, "code": error_type}}
     return {"error": {"type": error_type, "message": message}}
 
 
-def service_error_response(exc: ServiceError) -> JSONResponse:
-    return JSONResponse(error_body(exc.type, exc.message), status_code=exc.status, headers=exc.headers)
+def service_error_response(exc: ServiceError, path: str = "") -> JSONResponse:
+    return JSONResponse(error_body(exc.type, exc.message, exc.status, path), status_code=exc.status,
+                        headers=exc.headers)
+
+
+# pydantic's wording for these names a regex or a parser; the client needs to know what to send instead
+_PLAIN_MESSAGES = {
+    "string_pattern_mismatch": "is blank; send text with at least one non-whitespace character",
+    "string_too_short": "is empty; send text with at least one non-whitespace character",
+    "missing": "is missing; send it in the JSON object",
+}
+
+
+_SEND_JSON = 'send one JSON object, e.g. {"query": "what is a dense retriever", "k": 10}'
+
+
+def _body_message(err: dict) -> str | None:
+    """The sentence for a body that is not a JSON object at all (empty or malformed), else None."""
+    loc = tuple(err.get("loc", ()))
+    if err.get("type") == "missing" and loc == ("body",):
+        return f"the body is empty: {_SEND_JSON}"
+    if err.get("type") == "json_invalid":
+        where = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        return f"the body is not valid JSON{where}: {_SEND_JSON}"
+    return None
 
 
 def _validation_message(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    for err in errors:
+        if (message := _body_message(err)) is not None:
+            return message
     parts = []
-    for err in exc.errors()[:5]:
+    for err in errors[:5]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        parts.append(f"{where}: {_PLAIN_MESSAGES.get(err.get('type'), err.get('msg', 'invalid'))}")
     return "; ".join(parts)
 
 
-def validation_error_response(exc: RequestValidationError) -> JSONResponse:
+def validation_error_response(exc: RequestValidationError, path: str = "") -> JSONResponse:
     errors = exc.errors()
-    if any(e.get("type") == "too_long" and tuple(e.get("loc", ()))[:2] in _SIZE_LIMITED_FIELDS for e in errors):
-        return service_error_response(PayloadTooLarge(_validation_message(exc)))
-    return service_error_response(InvalidRequest(_validation_message(exc)))
+    if any(e.get("type") in ("too_long", "string_too_long") and tuple(e.get("loc", ()))[:2] in _SIZE_LIMITED_FIELDS
+           for e in errors):
+        return service_error_response(PayloadTooLarge(_validation_message(exc)), path)
+    return service_error_response(InvalidRequest(_validation_message(exc)), path)
 
 
-def http_error_response(exc: StarletteHTTPException) -> JSONResponse:
+def http_error_response(exc: StarletteHTTPException, path: str = "") -> JSONResponse:
     if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. invalid UTF-8): a malformed request
-        return service_error_response(InvalidRequest(f"malformed request body: {exc.detail}"))
+        return service_error_response(InvalidRequest(f"malformed request body: {exc.detail}"), path)
     kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
-    body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail))
+    body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail), exc.status_code, path)
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_service_error(_: Request, exc: ServiceError) -> JSONResponse:
+    async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
         if exc.status >= 500:
             log.warning("request failed: %s: %s", exc.type, exc.message)
-        return service_error_response(exc)
+        return service_error_response(exc, request.url.path)
 
-    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error_response(exc)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error_response(exc, request.url.path)
 
-    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return http_error_response(exc)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return http_error_response(exc, request.url.path)
 
-    async def on_store_lost(_: Request, exc: MilvusUnavailableError) -> JSONResponse:
+    async def on_store_lost(request: Request, exc: MilvusUnavailableError) -> JSONResponse:
         log.warning("vector store unreachable: %s", exc)
-        return service_error_response(StoreUnavailable(str(exc)))
+        return service_error_response(StoreUnavailable(str(exc)), request.url.path)
 
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return service_error_response(ServiceError("internal error"))
+        return service_error_response(ServiceError("internal error"), request.url.path)
 
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -11,23 +11,26 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
+
+import pythonjsonlogger.core
+import pythonjsonlogger.json
 
 ACCESS_LOGGER = "densehybrid.access"
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        entry.update(getattr(record, "fields", None) or {})
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+class JsonFormatter(pythonjsonlogger.json.JsonFormatter):
+    """python-json-logger's formatter with the project's keys: ts, level, logger, message, then the
+    record's ``fields`` at the top level (request_id, route, status, timing, ...) and ``exception``."""
+
+    def __init__(self):
+        super().__init__("%(levelname)s %(name)s %(message)s", timestamp="ts", json_ensure_ascii=False,
+                         rename_fields={"levelname": "level", "name": "logger", "exc_info": "exception"},
+                         reserved_attrs=[*pythonjsonlogger.core.RESERVED_ATTRS, "fields"])
+
+    def add_fields(self, log_data: dict, record: logging.LogRecord, message_dict: dict) -> None:
+        super().add_fields(log_data, record, message_dict)
+        log_data["level"] = log_data["level"].lower()
+        log_data.update(getattr(record, "fields", None) or {})
 
 
 class PlainFormatter(logging.Formatter):

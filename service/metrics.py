@@ -1,7 +1,12 @@
 """Prometheus metrics of one app (DESIGN §7), in its own registry.
 
 The names are a contract with the Grafana dashboards: add, never rename.
-Durations are seconds in histograms whose buckets resolve milliseconds.
+Durations are seconds in histograms whose buckets resolve milliseconds and
+reach past the request timeout, so that a request that times out still lands
+in a finite bucket. Work that is shared is timed where it happens: a batch
+metric (``*_batch_*``) is observed once per encoder forward or coalesced
+search, a request metric once per HTTP request (each request sees the whole
+time of the batch it rode in).
 """
 
 from __future__ import annotations
@@ -11,28 +16,47 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1,
                     0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+SLOW_BUCKETS = (15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+def duration_buckets(timeout_s: float) -> tuple[float, ...]:
+    """Millisecond-resolving buckets whose last finite bound is the first one at or past ``timeout_s``."""
+    if timeout_s <= DURATION_BUCKETS[-1]:
+        return DURATION_BUCKETS
+    longer = tuple(b for b in SLOW_BUCKETS if b < timeout_s)
+    return (*DURATION_BUCKETS, *longer, next((b for b in SLOW_BUCKETS if b >= timeout_s), timeout_s))
+
+
 class ServiceMetrics:
     """Every metric family of the service; the batcher and middleware report into it."""
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, *, request_timeout_s: float = 30.0):
         self.registry = registry or CollectorRegistry()
         r, p = self.registry, "densehybrid_"
+        seconds = duration_buckets(request_timeout_s)
         self.requests = Counter(p + "requests_total", "HTTP requests by route and status", ["route", "status"], registry=r)
-        self.request_duration = Histogram(p + "request_duration_seconds", "HTTP request duration", ["route"],
-                                          buckets=DURATION_BUCKETS, registry=r)
-        self.encode_duration = Histogram(p + "encode_duration_seconds", "encoder forward duration per batch", ["role"],
-                                         buckets=DURATION_BUCKETS, registry=r)
-        self.first_stage_duration = Histogram(p + "first_stage_duration_seconds", "first-stage search duration",
-                                              ["first_stage"], buckets=DURATION_BUCKETS, registry=r)
-        self.rerank_duration = Histogram(p + "rerank_duration_seconds", "exact GIP rerank duration",
-                                         buckets=DURATION_BUCKETS, registry=r)
+        self.request_duration = Histogram(p + "request_duration_seconds", "HTTP request duration (per request)",
+                                          ["route"], buckets=seconds, registry=r)
+        self.encode_duration = Histogram(p + "encode_duration_seconds", "encoder forward duration (per batch)", ["role"],
+                                         buckets=seconds, registry=r)
+        self.first_stage_duration = Histogram(p + "first_stage_duration_seconds",
+                                              "first-stage search time each request saw (per request; a coalesced "
+                                              "search counts once for each of its requests)",
+                                              ["first_stage"], buckets=seconds, registry=r)
+        self.rerank_duration = Histogram(p + "rerank_duration_seconds",
+                                         "exact GIP rerank time each request saw (per request)",
+                                         buckets=seconds, registry=r)
+        self.search_batch_first_stage = Histogram(p + "search_batch_first_stage_seconds",
+                                                  "first-stage duration of one coalesced search (per batch)",
+                                                  ["first_stage"], buckets=seconds, registry=r)
+        self.search_batch_rerank = Histogram(p + "search_batch_rerank_seconds",
+                                             "rerank duration of one coalesced search (per batch)",
+                                             buckets=seconds, registry=r)
         self.queue_wait = Histogram(p + "queue_wait_seconds", "time a request waits for the encoder worker",
-                                    buckets=DURATION_BUCKETS, registry=r)
+                                    buckets=seconds, registry=r)
         self.queue_depth = Gauge(p + "queue_depth", "texts waiting for the encoder worker", registry=r)
         self.batch_size = Histogram(p + "batch_size", "texts per encoder forward", buckets=BATCH_SIZE_BUCKETS, registry=r)
         self.batch_tokens = Histogram(p + "batch_tokens", "padded tokens per encoder forward",
@@ -43,6 +67,11 @@ class ServiceMetrics:
         self.model = Info(p + "model", "the served model", registry=r)
         self.search_batch = Histogram(p + "search_batch_queries", "queries per coalesced first-stage call",
                                       buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.write_log_bytes = Gauge(p + "write_log_bytes", "bytes in the write-ahead log not yet compacted", registry=r)
+        self.pending_changes = Gauge(p + "pending_changes", "logged changes not yet folded into the index", registry=r)
+        self.last_compaction = Gauge(p + "last_compaction_timestamp_seconds",
+                                     "Unix time of the last finished compaction (0: none yet)", registry=r)
+        self.compactions = Counter(p + "compactions_total", "compactions by outcome", ["outcome"], registry=r)
         self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
 
     # -- reports from the encoder worker (see service.batcher.BatchObserver) --
@@ -69,8 +98,12 @@ class ServiceMetrics:
         if rerank_s is not None:
             self.rerank_duration.observe(rerank_s)
 
-    def observe_search_batch(self, queries: int) -> None:
+    def observe_search_batch(self, first_stage: str, queries: int, search_s: float, rerank_s: float | None) -> None:
+        """One coalesced first-stage call (and its rerank), however many requests shared it."""
         self.search_batch.observe(queries)
+        self.search_batch_first_stage.labels(first_stage=first_stage).observe(search_s)
+        if rerank_s is not None:
+            self.search_batch_rerank.observe(rerank_s)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route=route, status=str(status)).inc()
@@ -82,6 +115,12 @@ class ServiceMetrics:
     def describe_index(self, documents: int, dims: int) -> None:
         self.index_documents.set(documents)
         self.index_dims.set(dims)
+
+    def watch_writes(self, log_bytes, pending, last_compaction) -> None:
+        """Read the live index's write state at scrape time (callables returning numbers)."""
+        self.write_log_bytes.set_function(log_bytes)
+        self.pending_changes.set_function(pending)
+        self.last_compaction.set_function(lambda: last_compaction() or 0.0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,10 +17,11 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from densehybrid.service import logging as service_logging
-from densehybrid.service.errors import PayloadTooLarge, Unauthorized, service_error_response
+from densehybrid.service.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType, service_error_response
 from densehybrid.service.metrics import ServiceMetrics
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+WRITE_PATH = "/documents"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -40,16 +41,30 @@ def _route_label(scope: Scope) -> str:
     return getattr(route, "path", None) or "unmatched"
 
 
+def is_write(method: str, path: str) -> bool:
+    """Requests that change the index (reading a document is a read)."""
+    return method in ("POST", "DELETE", "PUT", "PATCH") and (path == WRITE_PATH or path.startswith(WRITE_PATH + "/"))
+
+
 def _is_cors_preflight(scope: Scope, headers: Headers) -> bool:
     """Browsers send CORS preflights without credentials; they run no handler (CORS answers or 405)."""
     return scope["method"] == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
 
 
+def _is_json(content_type: str) -> bool:
+    """application/json, or any application/*+json, with or without parameters (charset)."""
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
+
+
 class ServiceMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int,
+                 write_api_key: str | None = None):
         self.app = app
         self.metrics = metrics
         self.api_key = api_key.encode() if api_key else None
+        # writes need a key whenever any is configured: the write key if set, else the API key
+        self.write_api_key = write_api_key.encode() if write_api_key else self.api_key
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -77,7 +92,7 @@ class ServiceMiddleware:
         try:
             refusal = self._refusal(scope, headers)
             if refusal is not None:
-                await service_error_response(refusal)(scope, receive, send_with_headers)
+                await service_error_response(refusal, scope["path"])(scope, receive, send_with_headers)
             else:
                 await self.app(scope, self._limited(receive), send_with_headers)
         finally:
@@ -90,19 +105,25 @@ class ServiceMiddleware:
 
     def _refusal(self, scope: Scope, headers: Headers):
         """An error to answer instead of running the app, or None."""
-        if (self.api_key is not None and scope["path"] not in OPEN_PATHS and not _is_cors_preflight(scope, headers)
-                and not self._authorized(headers)):
+        key = self.write_api_key if is_write(scope["method"], scope["path"]) else self.api_key
+        if (key is not None and scope["path"] not in OPEN_PATHS and not _is_cors_preflight(scope, headers)
+                and not self._authorized(headers, key)):
             self.metrics.count_rejected("unauthorized")
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             self.metrics.count_rejected("body_too_large")
             return PayloadTooLarge(f"request body over the limit of {self.max_body_bytes} bytes")
+        if scope["method"] == "POST" and not _is_json(headers.get("content-type", "")):
+            self.metrics.count_rejected("unsupported_media_type")
+            return UnsupportedMediaType("every POST body is JSON: send it with 'Content-Type: application/json' "
+                                        "(curl: -H 'Content-Type: application/json')")
         return None
 
-    def _authorized(self, headers: Headers) -> bool:
+    @staticmethod
+    def _authorized(headers: Headers, key: bytes) -> bool:
         scheme, _, token = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key)
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)
 
     def _limited(self, receive: Receive) -> Receive:
         """``receive`` that stops a streamed body once it passes the limit."""

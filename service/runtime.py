@@ -38,6 +38,13 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         index = _load_index(settings) if settings.index is not None else None
     if index is None and settings.model is None:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
+    if index is not None:  # before the model loads: a wrong search device fails fast
+        from densehybrid.index.searcher import SearchError, resolve_search_device
+
+        try:
+            resolve_search_device(settings.search_device, index)
+        except SearchError as exc:
+            raise StartupError(str(exc)) from exc
     encoder = _load_encoder(settings, index)
     if index is not None:
         from densehybrid.index.store import IndexStoreError, check_compatible
@@ -107,10 +114,7 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
                        pooling=spec.pooling, normalize=spec.normalize, max_query_length=spec.max_query_length,
                        max_passage_length=spec.max_passage_length)
         options.update({k: v for k, v in (("agg_dim", spec.agg_dim), ("dlr_dim", spec.dlr_dim)) if v is not None})
-    if settings.kind is not None:
-        options["kind"] = settings.kind
-    if settings.dense_model is not None:
-        options["dense_model"] = settings.dense_model
+    options.update(settings.encoder_overrides())
     model = settings.model or index.spec.model_id
     try:
         encoder = load_encoder(model, **options)
@@ -134,9 +138,9 @@ class Runtime:
                  metrics: ServiceMetrics | None = None):
         self.settings = settings
         self.encoder = encoder
-        self.index = index
-        self.metrics = metrics or ServiceMetrics()
-        self.searcher = self._make_searcher(index, encoder) if index is not None else None
+        self.metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
+        self.index = self._live(index) if index is not None else None
+        self.searcher = self.index
         self.batcher = Batcher(encoder, max_batch_size=settings.max_batch_size,
                                max_batch_tokens=settings.max_batch_tokens, max_wait_s=settings.max_wait_ms / 1000,
                                queue_size=settings.queue_size, retry_after_s=settings.retry_after_s,
@@ -149,14 +153,36 @@ class Runtime:
         self._status = "starting"
         spec = encoder.spec
         self.metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm)
-        if index is not None:
-            self.metrics.describe_index(index.count, spec.dim)
+        self.compactor = None
+        if self.index is not None:
+            self.metrics.describe_index(self.index.count, spec.dim)
+            if self.index.log is not None:
+                from densehybrid.service.documents import Compactor
+
+                self.compactor = Compactor(self.index, settings.compact_after_changes, self.metrics)
+                self.metrics.watch_writes(self.index.log.size_bytes, lambda: self.index.pending_changes,
+                                          lambda: self.index.last_compaction)
+
+    def _live(self, index):
+        """The index as served: a live index, writable when the settings name a write-ahead log."""
+        from densehybrid.index.live import LiveIndex
+        from densehybrid.index.store import IndexStoreError
+
+        log_dir = self.settings.write_log_dir
+        try:
+            return LiveIndex.open(index.path, lambda base: self._make_searcher(base, self.settings.search_device), log_dir=log_dir,
+                                  base=index)
+        except (IndexStoreError, OSError, ValueError) as exc:
+            raise StartupError(f"cannot open the write-ahead log {log_dir} of index {index.path}: {exc} "
+                               "(serve read only with --no-writes)") from exc
 
     @staticmethod
-    def _make_searcher(index, encoder: Encoder):
-        from densehybrid.index.searcher import Searcher
+    def _make_searcher(index, search_device: str):
+        from densehybrid.index.searcher import Searcher, resolve_search_device
 
-        return Searcher(index, device=encoder.device)
+        device = resolve_search_device(search_device, index)
+        log.info("search device", extra={"fields": {"search_device": device}})
+        return Searcher(index, device=device)
 
     @property
     def ready(self) -> bool:
@@ -193,3 +219,7 @@ class Runtime:
         self.status = "shutting down"
         self.batcher.stop()
         self.search_pool.shutdown(wait=True)
+        if self.compactor is not None:
+            self.compactor.stop()
+        if self.index is not None:
+            self.index.close()

@@ -33,9 +33,12 @@ def _json_number(value):
 
 JsonInt = Annotated[int, BeforeValidator(_json_number)]
 JsonFloat = Annotated[float, BeforeValidator(_json_number)]
+PositiveInt = Annotated[int, Ge(1), BeforeValidator(_json_number)]  # constraint first: it reaches the JSON schema
 JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
+# index.fusion.FUSION_METHODS, spelled out for the schema
+FusionMethod = Literal["lambda", "zscore", "minmax", "lexical", "dense"]
 Role = Literal["query", "passage"]
 
 
@@ -75,6 +78,10 @@ def request_models(limits: Limits) -> RequestModels:
         rerank: JsonBool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
         lam: Lambda | None = Field(None, alias="lambda",
                                   description="weight of the query's dense part; default: the index's")
+        fusion: FusionMethod | None = Field(
+            None, description="dhr/fusion: how the lexical and dense parts mix (zscore, minmax: normalised per query "
+                              "over the candidates; lambda: raw sum; lexical, dense: one part alone); default: the "
+                              "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
 
@@ -87,7 +94,8 @@ def request_models(limits: Limits) -> RequestModels:
     class EncodeRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="EncodeRequest")
         texts: Texts = Field(description="texts to encode; over-long texts are truncated to the role's max length")
-        role: Role = Field("query", description="query or passage encoder side and max length")
+        role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side and max "
+                                                "length; encode with 'passage' to get vectors as the index stores them")
 
     class ExplainRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
@@ -96,6 +104,33 @@ def request_models(limits: Limits) -> RequestModels:
         lam: Lambda | None = Field(None, alias="lambda", description="weight of the query's dense part")
 
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
+
+
+def documents_request_model(limits: Limits) -> type[BaseModel]:
+    """The body of ``POST /documents`` with the configured batch and length limits (over them: 413)."""
+    Chars = Annotated[str, StringConstraints(max_length=limits.max_document_chars)]
+
+    class NewDocument(_Strict):
+        model_config = ConfigDict(extra="forbid", title="NewDocument")
+        id: DocId
+        title: Chars = Field("", description="optional title, encoded before the text")
+        text: Annotated[Chars, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
+
+    class DocumentsRequest(_Strict):
+        model_config = ConfigDict(extra="forbid", title="DocumentsRequest")
+        documents: list[NewDocument] = Field(min_length=1, max_length=limits.max_write_documents,
+                                             description="documents to add; an existing id is replaced")
+
+        @model_validator(mode="after")
+        def _unique_ids(self):
+            seen: set[str] = set()
+            for doc in self.documents:
+                if doc.id in seen:
+                    raise ValueError(f"document id {doc.id!r} occurs more than once in this request")
+                seen.add(doc.id)
+            return self
+
+    return DocumentsRequest
 
 
 # -- responses ---------------------------------------------------------------
@@ -206,8 +241,28 @@ class IndexInfo(BaseModel):
 class Info(BaseModel):
     model: ModelInfo
     index: IndexInfo | None
+    search_lambda: float | None = Field(description=(
+        "the λ /search and /explain apply when a request sends no 'lambda': the index's (its manifest); "
+        "model.lam is only the model's default that index build started from; null without an index"))
     limits: dict[str, int]
     ready: bool
+    model_id: str = Field(description="TEI's field: the served model")
+    max_input_length: int = Field(description="TEI's field: the longest text in tokens (passage side)")
+    max_client_batch_size: int = Field(description="TEI's field: texts per request")
+    max_batch_tokens: int = Field(description="TEI's field: padded tokens per forward")
+
+
+class StoredDocument(BaseModel):
+    id: str
+    title: str
+    text: str
+
+
+class WriteResult(BaseModel):
+    ids: list[str] = Field(description="the ids written (added or replaced) or deleted")
+    seq: int = Field(description="sequence number of the change in the write-ahead log")
+    documents: int = Field(description="documents in the index after the change")
+    timing: dict[str, float]
 
 
 class ErrorDetail(BaseModel):
@@ -217,3 +272,15 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str
+
+
+class OpenAIErrorBody(BaseModel):
+    """The error object of the OpenAI-compatible routes."""
+
+    error: OpenAIErrorDetail

@@ -32,6 +32,7 @@ class SearchParams:
     theta: float
     rerank: bool
     lam: float | None
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,14 @@ class SearchOutcome:
     group_queries: int
 
 
+# (first stage, queries in the call, first-stage seconds, rerank seconds or None): once per coalesced call
+GroupObserver = Callable[[str, int, float, "float | None"], None]
+
+
 class SearchBatcher:
-    def __init__(self, searcher, executor: Executor, on_group: Callable[[int], None] | None = None):
+    def __init__(self, searcher, executor: Executor, on_group: GroupObserver | None = None):
         self.searcher = searcher
-        self.on_group = on_group or (lambda queries: None)
+        self.on_group = on_group or (lambda first_stage, queries, search_s, rerank_s: None)
         self.executor = executor
         self._lock = threading.Lock()
         self._pending: dict[SearchParams, list[tuple[Encoded, Future]]] = {}
@@ -84,13 +89,13 @@ class SearchBatcher:
     def _search_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
         found = self.searcher.search(Encoded.concat([q for q, _ in jobs]), k=params.k, first_stage=params.first_stage,
                                      candidates=params.candidates, theta=params.theta, rerank=params.rerank,
-                                     lam=params.lam)
+                                     lam=params.lam, method=params.method)
         total = len(found.ids)
-        self.on_group(total)
+        search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
+        self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
         offset = 0
         for queries, future in jobs:
             rows = slice(offset, offset + len(queries))
             future.set_result(SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows],
-                                            float(found.timing.get("search_ms", 0.0)),
-                                            float(found.timing.get("rerank_ms", 0.0)), total))
+                                            search_ms, rerank_ms, total))
             offset += len(queries)

@@ -8,12 +8,13 @@ effective settings can be logged at start without leaking them.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,19 @@ class ServiceSettings(BaseSettings):
     store_check_s: float = Field(1.0, gt=0, description="how often /ready re-checks a remote vector store")
     kind: str | None = Field(None, description="model kind when the model directory does not state it (no index)")
     dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
+    # the rest of the encoder flags `index build` takes (None: the index's, else the model directory's)
+    skip_mlm: bool | None = Field(None, description="Aggretriever 'w/o MLM': lexical part without the MLM head")
+    agg_dim: int | None = Field(None, ge=1, description="Aggretriever aggregated dims")
+    dlr_dim: int | None = Field(None, ge=1, description="DLR dims (dhr, dlr, fusion)")
+    lam: float | None = Field(None, allow_inf_nan=False, validation_alias=AliasChoices("lam", "densehybrid_lambda"),
+                              description="weight of the query's dense part (dhr, fusion)")
+    pooling: Literal["cls", "mean"] | None = Field(None, description="cls kind: [CLS] or mean pooling")
+    normalize: bool | None = Field(None, description="cls kind: L2-normalise the pooled vector")
+    max_query_length: int | None = Field(None, ge=1, description="query tokens kept")
+    max_passage_length: int | None = Field(None, ge=1, description="passage tokens kept")
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1); default: a GPU if present")
+    search_device: str = Field("auto", description="where the first stage and rerank run: auto (a GPU when torch sees "
+                               "one and the index is exact FlatIP), cpu (Faiss), cuda (every GPU), cuda:N (one GPU)")
     backend: Literal["torch", "onnx"] = Field("torch", description="encoder runtime: torch, or onnx (ONNX Runtime, same outputs to 1e-5)")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")
@@ -52,13 +65,25 @@ class ServiceSettings(BaseSettings):
     max_candidates: int = Field(10000, ge=1, le=10000, description="largest first-stage depth K1")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body; checked before parsing")
+    max_explain_hits: int = Field(100, ge=1, description="largest queries x k of a /search with explain=true")
+    max_explain_terms: int = Field(64, ge=1, description="matched terms listed per explanation (largest first)")
+    max_return_text_bytes: int = Field(1 << 20, ge=1024, description="largest total of titles and texts a /search returns")
 
     # security and ops
     api_key: SecretStr | None = Field(None, description="when set, required as 'Authorization: Bearer <key>'")
+    allow_open: bool = Field(False, description="serve without an API key on a non-loopback host")
     cors_origins: list[str] = Field(default_factory=list, description="allowed CORS origins; empty = CORS off")
     log_level: str = Field("INFO", description="logging level")
     log_json: bool = Field(True, description="JSON log lines (false: plain text)")
     warmup: bool = Field(True, description="run one query through model and index before /ready")
+
+    # writes: POST/DELETE /documents on a local index (issue 17)
+    writes: bool = Field(True, description="accept document adds and deletes on the served index (--index DIR)")
+    write_api_key: SecretStr | None = Field(None, description="when set, required for writes instead of api_key")
+    write_log: Path | None = Field(None, description="write-ahead log directory; default: <index>.wal beside the index")
+    max_write_documents: int = Field(64, ge=1, description="largest batch of documents in one POST /documents")
+    max_document_chars: int = Field(100_000, ge=1, description="longest title or text of a written document")
+    compact_after_changes: int = Field(1000, ge=1, description="logged changes that start a background compaction")
 
     @model_validator(mode="after")
     def _one_index_source(self) -> "ServiceSettings":
@@ -68,7 +93,15 @@ class ServiceSettings(BaseSettings):
             raise ValueError("give either index or milvus_uri + collection, not both")
         return self
 
-    @field_validator("api_key")
+    @classmethod
+    def env_var(cls, field_name: str) -> str:
+        """The environment variable that sets ``field_name``."""
+        alias = cls.model_fields[field_name].validation_alias
+        names = alias.choices if isinstance(alias, AliasChoices) else []
+        env = [name for name in names if name.lower().startswith("densehybrid_")]
+        return env[0].upper() if env else f"DENSEHYBRID_{field_name.upper()}"
+
+    @field_validator("api_key", "write_api_key")
     @classmethod
     def _empty_key_is_no_key(cls, value: SecretStr | None) -> SecretStr | None:
         return value if value is not None and value.get_secret_value() else None
@@ -81,15 +114,41 @@ class ServiceSettings(BaseSettings):
             raise ValueError(f"unknown log level {value!r}")
         return level
 
+    @model_validator(mode="after")
+    def _no_open_service_by_accident(self) -> "ServiceSettings":
+        # Safe by default: a keyless service is fine on loopback (development, tests),
+        # anywhere else the operator must say so.
+        if self.api_key is None and not self.allow_open and not is_loopback(self.host):
+            raise ValueError(f"no API key set while listening on {self.host}: set DENSEHYBRID_API_KEY "
+                             "(deploy/init-env.sh generates one), or DENSEHYBRID_ALLOW_OPEN=true to serve without one")
+        return self
+
     def redacted(self) -> dict:
         """The effective settings with secrets hidden, for the start-up log line."""
         data = self.model_dump(mode="json")
         data["api_key"] = "**********" if self.api_key is not None else None
+        data["write_api_key"] = "**********" if self.write_api_key is not None else None
         return data
 
     @property
+    def write_log_dir(self) -> Path | None:
+        """Where the write-ahead log lives, or None when writes are off or there is no index."""
+        if not self.writes or self.index is None:
+            return None
+        return self.write_log or self.index.with_name(self.index.name + ".wal")
+
+    @property
     def limits(self) -> "Limits":
-        return Limits(self.max_k, self.max_candidates, self.max_request_texts)
+        return Limits(self.max_k, self.max_candidates, self.max_request_texts, self.max_write_documents,
+                      self.max_document_chars)
+
+    def encoder_overrides(self) -> dict:
+        """The encoder options given explicitly, as ``load_encoder`` keyword arguments."""
+        return {name: getattr(self, name) for name in ENCODER_FIELDS if getattr(self, name) is not None}
+
+
+ENCODER_FIELDS = ("kind", "skip_mlm", "agg_dim", "dlr_dim", "lam", "dense_model", "pooling", "normalize",
+                  "max_query_length", "max_passage_length")
 
 
 @dataclass(frozen=True)
@@ -99,6 +158,18 @@ class Limits:
     max_k: int
     max_candidates: int
     max_request_texts: int
+    max_write_documents: int = 64
+    max_document_chars: int = 100_000
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def log_effective(settings: ServiceSettings) -> None:

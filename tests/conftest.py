@@ -11,8 +11,19 @@ def pytest_collection_modifyitems(config, items):
         return
     skip_gpu = pytest.mark.skip(reason="no CUDA device on this machine; the CPU twin of this test runs instead")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def cpu_reference(request, monkeypatch):
+    """CPU float32 is the reference: every test not marked ``gpu`` runs on the CPU, also where CUDA
+    is visible (there the encoders would pick CUDA and fp16 autocast, outside the float32 tolerances).
+    Server subprocesses inherit the same through CUDA_VISIBLE_DEVICES."""
+    if request.node.get_closest_marker("gpu"):
+        return
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 @pytest.fixture

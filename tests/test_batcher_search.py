@@ -47,7 +47,8 @@ def test_concurrent_searches_share_calls_and_match_single_searches(searcher):
     requests = [(encoder.encode([q], "query"), params[i % 2]) for i, q in enumerate(queries)]
     slow, groups = SlowSearcher(searcher), []
     with ThreadPoolExecutor(1) as pool:
-        outcomes = run_concurrently(SearchBatcher(slow, pool, groups.append), requests)
+        on_group = lambda first_stage, queries, search_s, rerank_s: groups.append(queries)  # noqa: E731
+        outcomes = run_concurrently(SearchBatcher(slow, pool, on_group), requests)
     assert len(slow.calls) < len(requests) and sum(n for n, _ in slow.calls) == len(requests)
     assert groups == [n for n, _ in slow.calls]
     assert {k for _, k in slow.calls} == {5, 3}  # groups never mix parameters

@@ -38,6 +38,9 @@ def test_quick_run_writes_every_section(quick_results):
         assert key in fs
     assert r["search"]["rerank"]["candidates"] == 2_000
     assert {"ip_ms", "approx_gip_ms", "approx_over_ip"} <= set(r["search"]["approx_vs_ip"])
+    torch_stage = r["search"]["torch"]  # the GPU path's first stage, here on the CPU
+    assert torch_stage["device"] == "cpu" and torch_stage["rows"] == 20_000 and torch_stage["dtype"] == "float32"
+    assert torch_stage["fraction_of_bandwidth"] > 0 and torch_stage["rerank_candidates"] == 2_000
 
 
 def test_quick_run_measures_every_encoder_variant_on_both_backends(quick_results):
@@ -73,3 +76,26 @@ def test_table_has_a_row_per_measurement(quick_results):
     assert report.markdown(quick_results).count("\n| ") == len(sections) + 1  # header + one line per row
     for section in ("memory", "first stage", "rerank", "approx GIP", "encoder", "passages", "service", "target"):
         assert section in sections
+
+
+def test_the_table_prints_figures_a_device_did_not_measure(quick_results, capsys):
+    """A None figure (a bandwidth not measured on this device) prints as '-' instead of crashing."""
+    import copy
+
+    results = copy.deepcopy(quick_results)
+    results["search"]["first_stage"]["batch1_scan_fraction_of_2_thread_bandwidth"] = None
+    results["search"]["torch"]["fraction_of_bandwidth"] = None
+    results["search"]["rerank"]["fraction_of_first_stage_batch1"] = None
+    report.print_table(results)
+    assert " - of 2-thread" in capsys.readouterr().out
+
+
+def test_bench_help_lists_its_flags():
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+
+    result = CliRunner().invoke(app, ["bench", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--quick", "--device", "--only", "--rows", "--threads", "--out"):
+        assert flag in result.output

@@ -10,7 +10,6 @@ and when one replica dies, requests still succeed through the other.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import struct
@@ -21,6 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from deploy_tools import require_tool
+
+from densehybrid.bench.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "deploy" / "nginx" / "nginx.conf"
@@ -71,22 +73,6 @@ class TinyDNS:
         self.sock.close()
 
 
-def free_port(*hosts: str) -> int:
-    """A port free on every host (loopback addresses)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = probe.getsockname()[1]
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as s:
-                    s.bind((host, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no common free port")
-
-
 def test_config_rewrites_only_touch_docker_specifics():
     text = CONF.read_text()
     assert "resolver 127.0.0.11 " in text and "listen 8080;" in text and "http://densehybrid:8000" in text
@@ -100,11 +86,7 @@ def encode_count(url: str) -> float:
 
 
 def test_nginx_spreads_over_replicas_and_skips_a_dead_one(tmp_path):
-    nginx = shutil.which("nginx")
-    if nginx is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("nginx missing: deploy/ci/install-validators.sh installs it")
-        pytest.skip("nginx not installed (deploy/ci/install-validators.sh)")
+    nginx = require_tool("nginx", shutil.which("nginx"))
     from densehybrid.bench.fake_encoder import FakeEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from densehybrid.bench.servers import free_port
 from densehybrid.encoder import zoo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,12 +51,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in {"PYTHONPATH", "VIRTUAL_ENV", "TORCH_INDEX_URL"} and not k.startswith("DENSEHYBRID_")}
     return {**env, "DENSEHYBRID_CACHE_DIR": str(zoo.cache_dir()), **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from deploy_tools import require_tool
+
+from densehybrid.bench.servers import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -34,12 +36,6 @@ def prometheus_binary() -> str | None:
     if promtool:  # install-validators.sh unpacks both from Debian's package, side by side
         candidates.append(str(Path(os.path.realpath(promtool)).with_name("prometheus")))
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape_config_for(target: str, tmp_path: Path) -> Path:
@@ -93,11 +89,7 @@ def make_traffic(url: str) -> None:
 
 
 def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
-    binary = prometheus_binary()
-    if binary is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("prometheus missing: deploy/ci/install-validators.sh unpacks it next to promtool")
-        pytest.skip("prometheus not installed (deploy/ci/install-validators.sh)")
+    binary = require_tool("prometheus", prometheus_binary())
     from densehybrid.bench.fake_encoder import FakeEncoder
     from densehybrid.index.store import load_index
     from densehybrid.service.app import create_app
@@ -139,10 +131,9 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
 
             rules = httpx.get(prom + "/api/v1/rules", timeout=10).json()["data"]["groups"]
             evaluated = [r for g in rules for r in g["rules"]]
-            assert len(evaluated) == 9 and all(r["health"] == "ok" for r in evaluated), evaluated
+            assert len(evaluated) == 11 and all(r["health"] == "ok" for r in evaluated), evaluated
             firing = {r["name"] for r in evaluated if r["state"] != "inactive"}
             assert not firing & {"DensehybridReplicaDown", "DensehybridNoReplicas", "DensehybridEmptyIndex"}, firing
         finally:
-            proc.terminate()
-            proc.wait(timeout=20)
+            stop_process(proc, timeout_s=20)
             log.close()

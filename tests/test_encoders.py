@@ -263,7 +263,8 @@ def test_round_trip_published_then_saved(tiny_dir, tmp_path, variant):
     saved = save_encoder(first, tmp_path / "saved")
     again = load_encoder(str(saved))  # no kind: densehybrid.json describes it
     assert again.spec == first.spec.__class__(**{**first.spec.to_dict(), "model_id": str(saved),
-                                                   "weights_hash": again.spec.weights_hash})
+                                                   "weights_hash": again.spec.weights_hash,
+                                                   "identity_files": again.spec.identity_files})
     for role in ("query", "passage"):
         a, b = first.encode(texts, role), again.encode(texts, role)
         np.testing.assert_array_equal(a.values, b.values)

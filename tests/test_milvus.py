@@ -3,7 +3,9 @@
 Lite answers one query in 100+ ms, so the indexes here are small (80 rows).
 """
 
+import logging
 import shutil
+import time
 
 import httpx
 import numpy as np
@@ -71,6 +73,19 @@ def test_collection_search_equals_the_local_index(toy, collection):
         remote = Searcher(collection).search(queries, k=10, candidates=candidates, rerank=rerank)
         assert remote.ids == local.ids and remote.rows == local.rows
         np.testing.assert_allclose(np.array(remote.scores), np.array(local.scores), rtol=1e-5, atol=1e-5)
+
+
+def test_collection_search_with_normalised_fusion_equals_the_local_index(toy, collection):
+    index, _ = toy
+    queries = FakeEncoder("dhr").encode(QUERIES, "query")
+    assert collection.fusion_method == index.fusion_method and collection.dense_weight == index.dense_weight
+    for method, weight in (("zscore", None), ("minmax", 0.3), ("dense", None), ("lexical", None)):
+        local = Searcher(index).search(queries, k=10, candidates=40, method=method, dense_weight=weight)
+        remote = Searcher(collection).search(queries, k=10, candidates=40, method=method, dense_weight=weight)
+        assert remote.ids == local.ids and remote.rows == local.rows
+        np.testing.assert_allclose(np.array(remote.scores), np.array(local.scores), rtol=1e-5, atol=1e-5)
+    with pytest.raises(SearchError, match="torch search engine needs a local index"):
+        Searcher(collection, engine="torch")
 
 
 def test_collection_carries_manifest_texts_and_rows(toy, collection):
@@ -170,7 +185,17 @@ def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_mode
     assert both.exit_code != 0
 
 
-def test_serve_exits_2_when_milvus_is_unreachable():
+@pytest.fixture
+def root_logging_restored():
+    """`serve` configures the root logger for the process; later CLI tests must not inherit it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_serve_exits_2_when_milvus_is_unreachable(root_logging_restored):
     uri = f"http://127.0.0.1:{free_port()}"
     result = CliRunner().invoke(app, ["serve", "--milvus-uri", uri, "--collection", "docs", "--milvus-timeout-s", "2"])
     assert result.exit_code == 2
@@ -210,6 +235,10 @@ def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collect
             local = Searcher(index).search(FakeEncoder("dhr").encode([QUERIES[0]], "query"), k=5, candidates=40)
             assert [h["id"] for h in served.json()["results"]] == local.ids[0]
             assert served.json()["results"][0]["text"] == index.docs.get(local.ids[0][0]).text
+            write = c.post("/documents", json={"documents": [{"id": "new-1", "text": "a new passage"}]})
+            assert write.status_code == 403 and write.json()["error"]["type"] == "writes_disabled"
+            assert "Milvus collection" in write.json()["error"]["message"]
+            assert c.delete(f"/documents/{index.doc_ids[0]}").status_code == 403
             switch.down = True
             lost = c.post("/search", json=body)
             assert lost.status_code == 503 and lost.headers["Retry-After"] == "1"
@@ -217,10 +246,10 @@ def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collect
             ready = c.get("/ready")
             assert ready.status_code == 503 and ready.json()["ready"] is False
             switch.down = False
-            for _ in range(100):
-                if c.get("/ready").status_code == 200:
-                    break
-            assert c.get("/ready").json()["ready"] is True
+            deadline = time.monotonic() + 15  # re-checked every store_check_s; bounded by the clock, not a count
+            while c.get("/ready").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert c.get("/ready").json()["ready"] is True, c.get("/ready").text
             assert c.post("/search", json=body).status_code == 200
     finally:
         collection.vector_store.client = switch._client

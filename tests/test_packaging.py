@@ -78,3 +78,29 @@ def test_cli_stops_with_one_sentence_without_an_extra(monkeypatch):
 
 def test_installed_environment_has_exactly_one_extra():
     assert extras.installed_extra() in ("cpu", "gpu")
+
+
+def test_installed_wheel_serves_the_search_page_and_docs_assets(wheel, tmp_path):
+    """Templates and static files are package data: found from a non-editable install too."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"densehybrid/service/templates/search_page.html", "densehybrid/service/static/page.css"} <= set(names)
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = (
+        "import densehybrid.service.page as page, pathlib\n"
+        "from fastapi import FastAPI\n"
+        "from fastapi.testclient import TestClient\n"
+        "from densehybrid.service.docs_assets import install_offline_docs\n"
+        f"assert pathlib.Path(page.__file__).is_relative_to({str(site)!r}), page.__file__\n"
+        "app = FastAPI(docs_url=None, redoc_url=None)\n"
+        "install_offline_docs(app)\n"
+        "app.mount(page.ASSETS_PATH, page.StaticFiles(directory=page._HERE / 'static'))\n"
+        "client = TestClient(app)\n"
+        "assert 'mark' in client.get(page.ASSETS_PATH + '/page.css').text\n"
+        "assert client.get('/docs-assets/swagger-ui-bundle.js').status_code == 200\n"
+        "assert 'id=\"encode-only\"' in page._templates.get_template('search_page.html').render(hits=[], timing=None,"
+        " error=None, query='', k=10, max_k=10, index=None, kind='dhr', assets='')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stdout + result.stderr

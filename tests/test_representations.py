@@ -185,3 +185,29 @@ def test_padding_invariance(fn):
         return R.mean_pool(t(h[:, :sl]), t(mask))
 
     torch.testing.assert_close(run(L, mask_short), run(L + extra, mask_long), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("step", [1, 40_000, R.STEP_ELEMENTS["cuda"]])
+def test_term_weighted_mlm_is_the_same_at_every_step_size(step):
+    """The GPU step size (one kernel per op for a whole batch) and tiny steps give the CPU default's values."""
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(3, 9, 500, generator=g) * 4
+    weights = torch.randn(3, 9, generator=g)
+    weights[2] = -weights[2].abs()  # a row with no positive weight takes the sign-flipped branch
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    expected = R.term_weighted_mlm(logits, weights, mask)
+    torch.testing.assert_close(R.term_weighted_mlm(logits, weights, mask, step=step), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_half_precision_logits_are_upcast_per_step():
+    """fp16 logits (CUDA autocast) give the float32 result of the same rounded logits, in float32."""
+    g = torch.Generator().manual_seed(12)
+    logits = (torch.randn(2, 7, 300, generator=g) * 3).half()
+    weights, mask = torch.rand(2, 7, generator=g) + 0.1, torch.ones(2, 7, dtype=torch.long)
+    got = R.term_weighted_mlm(logits, weights, mask)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, R.term_weighted_mlm(logits.float(), weights, mask), rtol=1e-6, atol=1e-7)
+    splade = R.splade_lexical(logits, mask)
+    assert splade.dtype == torch.float32
+    torch.testing.assert_close(splade, R.splade_lexical(logits.float(), mask), rtol=0, atol=0)

@@ -151,26 +151,6 @@ def test_explain_splits_the_search_score(tmp_path):
     assert explain(query, index, 3, lam=4.0, vocab_size=encoder.vocab_size).terms == []
 
 
-def test_device_choice_on_cpu(tmp_path):
-    index = make_index(tmp_path, "cls", n=30)
-    assert flat.to_device(index.faiss, "cpu") is index.faiss
-    with pytest.raises(ValueError, match="unknown device"):
-        flat.to_device(index.faiss, "tpu")
-    if flat.gpu_count() == 0:
-        with pytest.raises(ValueError, match="no GPU"):
-            Searcher(index, device="cuda")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("device,float16", [("cuda", False), ("cuda:0", False), ("cuda", True)])
-def test_gpu_first_stage_returns_the_cpu_ids(tmp_path, device, float16):
-    index = make_index(tmp_path, "fusion", n=2000)
-    queries = queries_for(index, 8)
-    cpu = Searcher(index).search(queries, k=10, candidates=100)
-    gpu = Searcher(index, device=device, float16=float16).search(queries, k=10, candidates=100)
-    assert gpu.rows == cpu.rows  # the rerank is exact on both; only the candidate sets could differ
-
-
 def test_single_thread_setting_stays_in_the_calling_thread():
     import threading
 

@@ -12,6 +12,7 @@ from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
+from densehybrid.service.schemas import EncodeResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer, build_toy_index
 
@@ -134,6 +135,9 @@ def test_encode_equals_in_process_encoder(client, role):
     assert (body["dim"], body["gated_dim"], body["kind"], body["role"]) == (896, 768, "dhr", role)
     assert body["truncated"] == [False, False, True]
     assert set(body["timing"]) == {"queue_ms", "tokenize_ms", "encode_ms", "total_ms"}
+    # /encode skips response_model validation for speed (issue 18): the body must still match its schema
+    assert r.headers["content-type"] == "application/json"
+    EncodeResponse.model_validate_json(r.content, strict=True)
 
 
 # -- timing, headers, info, metrics -------------------------------------------------

@@ -4,7 +4,6 @@ import concurrent.futures
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from densehybrid.index.store import VALUES
 from densehybrid.service.app import create_app
 from densehybrid.service.runtime import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer, build_toy_index, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,12 +118,6 @@ def queue_depth(url):
     return next(f for f in families if f.name == "densehybrid_queue_depth").samples[0].value
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sigterm_lets_in_flight_requests_finish():
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -153,6 +146,4 @@ def test_sigterm_lets_in_flight_requests_finish():
         # uvicorn shuts down gracefully, then re-raises the signal so the exit status tells it was SIGTERM
         assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

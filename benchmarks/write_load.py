@@ -1,0 +1,151 @@
+"""Search latency while writes stream in (issue 17): read p99 with writes / read-only p99, from one run.
+
+``python -m densehybrid.bench.write_load [--documents N] [--seconds S] [--readers R]`` builds a toy
+index (FakeEncoder), starts a server process on loopback with writes on and a low compaction
+threshold (so compactions run during the measurement too), then runs two phases of equal length:
+
+1. read only: ``readers`` clients search in a closed loop;
+2. the same readers while one writer streams ``POST /documents`` batches (and some deletes).
+
+It prints one JSON report: per phase the search p50/p99, answered searches per second and statuses,
+the writes acknowledged, compactions finished, and ``p99_ratio`` (target <= 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from densehybrid.bench.load import percentile, queries
+from densehybrid.bench.servers import free_port, stop_process
+
+
+def _serve(index: str, port: int, compact_after: int) -> None:
+    """Child process: serve ``index`` with writes on."""
+    import uvicorn
+
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.index.store import load_index
+    from densehybrid.service.app import create_app
+    from densehybrid.service.settings import ServiceSettings
+
+    settings = ServiceSettings(index=index, compact_after_changes=compact_after, log_level="WARNING")
+    uvicorn.run(create_app(settings, encoder=FakeEncoder("dhr"), index=load_index(index)), host="127.0.0.1",
+                port=port, log_level="warning")
+
+
+def _start(index: Path, port: int, compact_after: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "densehybrid.bench.write_load", "serve", str(index), str(port),
+                             str(compact_after)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    stop_process(proc)
+    raise RuntimeError("the benchmark server did not become ready")
+
+
+def _reader(url: str, seed: int, stop: threading.Event, latencies: list, statuses: Counter) -> None:
+    bodies = queries(seed)
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            response = client.post("/search", json=next(bodies))
+            statuses[response.status_code] += 1
+            if response.status_code == 200:
+                latencies.append((time.perf_counter() - started) * 1000)
+
+
+def _writer(url: str, batch: int, stop: threading.Event, statuses: Counter) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        i = 0
+        while not stop.is_set():
+            docs = [{"id": f"w{i}-{j}", "text": f"written passage {i} {j} dense retrieval"} for j in range(batch)]
+            statuses[client.post("/documents", json={"documents": docs}).status_code] += 1
+            if i % 5 == 4:
+                statuses[client.delete(f"/documents/w{i - 1}-0").status_code] += 1
+            i += 1
+
+
+def _phase(url: str, readers: int, seconds: float, write_batch: int | None) -> dict:
+    stop = threading.Event()
+    latencies: list[float] = []
+    reads: Counter = Counter()
+    writes: Counter = Counter()
+    threads = [threading.Thread(target=_reader, args=(url, seed, stop, latencies, reads)) for seed in range(readers)]
+    if write_batch:
+        threads.append(threading.Thread(target=_writer, args=(url, write_batch, stop, writes)))
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    lat = sorted(latencies)
+    return {"search_p50_ms": percentile(lat, 50), "search_p99_ms": percentile(lat, 99),
+            "searches_per_s": round(len(lat) / seconds, 1), "search_statuses": dict(reads),
+            "write_statuses": dict(writes)}
+
+
+def _metric(url: str, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text)
+    return sum(s.value for f in families for s in f.samples if s.name == name)
+
+
+def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int) -> dict:
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.bench.servers import build_toy_index
+
+    with tempfile.TemporaryDirectory(prefix="densehybrid-write-load-") as tmp:
+        index = build_toy_index(FakeEncoder("dhr"), Path(tmp), count=documents)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = _start(index, port, compact_after)
+        try:
+            _phase(url, readers, min(2.0, seconds), None)  # warm-up
+            read_only = _phase(url, readers, seconds, None)
+            with_writes = _phase(url, readers, seconds, write_batch)
+            compactions = _metric(url, "densehybrid_compactions_total")
+            pending = _metric(url, "densehybrid_pending_changes")
+        finally:
+            stop_process(proc)
+    ratio = (with_writes["search_p99_ms"] / read_only["search_p99_ms"]
+             if read_only["search_p99_ms"] and with_writes["search_p99_ms"] else None)
+    return {"documents": documents, "readers": readers, "seconds_per_phase": seconds, "write_batch": write_batch,
+            "compact_after_changes": compact_after, "read_only": read_only, "with_writes": with_writes,
+            "compactions": compactions, "pending_changes_at_end": pending,
+            "p99_ratio": None if ratio is None else round(ratio, 2), "target_p99_ratio": 2.0}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        _serve(argv[1], int(argv[2]), int(argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--write-batch", type=int, default=8)
+    parser.add_argument("--compact-after", type=int, default=200)
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.documents, args.seconds, args.readers, args.write_batch, args.compact_after), indent=2))
+
+
+if __name__ == "__main__":
+    main()

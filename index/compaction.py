@@ -1,0 +1,122 @@
+"""Fold a live index's delta into a new generation, published the way builds are.
+
+The live base rows (hidden ones dropped) and then the delta rows are written as build
+shards in ``<index>.partial/``, assembled, given a manifest that records the last folded
+log sequence number (``writes.applied_seq``, so a restart never applies a change twice),
+fsynced, and renamed into place by :func:`index.store.publish`. A crash at any point
+leaves either the old generation or the new one, and the log still holds every change the
+new one lacks.
+
+A server folds in a child process (:func:`fold_in_subprocess`): the child rebuilds the delta
+from the index and the closed log segments on disk, so the fold neither holds the server's GIL
+nor competes with its request threads for the CPU (it runs niced).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from densehybrid.index import flat, shards, store
+from densehybrid.index.store import IndexFiles
+from densehybrid.index.wal import fsync_directory
+
+_CHUNK_ROWS = 65_536
+_PR_SET_PDEATHSIG = 1
+
+
+def _pq_config(first_stage: dict) -> flat.PQConfig | None:
+    if first_stage.get("type") != "pq":
+        return None
+    return flat.PQConfig(**{k: v for k, v in first_stage.items() if k != "type"})
+
+
+def _base_values(base: IndexFiles, rows: np.ndarray) -> np.ndarray:
+    """float32 values of base ``rows``: exact from a flat Faiss index, else the stored float16."""
+    if isinstance(base.faiss, faiss.IndexFlat) and len(rows):
+        first = int(rows[0])
+        return base.faiss.reconstruct_n(first, int(rows[-1]) - first + 1)[rows - first]
+    return np.asarray(base.values[rows], dtype=np.float32)
+
+
+def _fsync_tree(directory: Path) -> None:
+    for p in directory.iterdir():
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fsync_directory(directory)
+
+
+def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
+    """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it)."""
+    out = Path(out)
+    work = shards.work_dir(out)
+    shutil.rmtree(work, ignore_errors=True)  # an interrupted earlier compaction
+    shards.start(work, {"from": "compaction", "applied_seq": applied_seq}, resume=False)
+    hidden = np.array(sorted(delta.hidden), dtype=np.int64)
+    keep = np.setdiff1d(np.arange(base.count, dtype=np.int64), hidden)
+    number = 0
+    for s in range(0, len(keep), _CHUNK_ROWS):
+        rows = keep[s:s + _CHUNK_ROWS]
+        docs = base.docs.get_many([base.doc_ids[r] for r in rows])
+        gates = np.asarray(base.gates[rows]) if base.gates is not None else None
+        shards.write_shard(work, number, _base_values(base, rows), gates, docs)
+        number += 1
+    if len(delta):
+        shards.write_shard(work, number, delta.values, delta.gates, delta.docs)
+    count = len(keep) + len(delta)
+    spec = base.spec
+    staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
+                             pq=_pq_config(base.manifest["first_stage"]))
+    extra = {k: base.manifest[k] for k in ("lambda", "build") if k in base.manifest}
+    store.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
+                         first_stage=base.manifest["first_stage"], extra={**extra, "writes": {"applied_seq": applied_seq}})
+    _fsync_tree(staged)
+    store.publish(staged, out, overwrite=True)
+    fsync_directory(out.parent)
+    shards.finish(work)
+    return out
+
+
+def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> Path:
+    """Fold the changes of log segments up to ``through_segment`` into the index at ``path``."""
+    from densehybrid.index.live import Delta, apply
+    from densehybrid.index.wal import iter_changes
+
+    base = store.load_index(path)
+    already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
+    delta = Delta()
+    for change in iter_changes(log_dir, through_segment):
+        if change.seq > already:
+            delta = apply(delta, base, change, replaying=True)
+    return fold(base, delta, path, applied_seq)
+
+
+def _child_setup(niceness: int) -> None:
+    """Niced, and killed with the server (Linux PR_SET_PDEATHSIG): no orphan fold races a restarted one."""
+    os.nice(niceness)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def fold_in_subprocess(path: Path, log_dir: Path, through_segment: int, applied_seq: int, *,
+                       niceness: int = 10) -> None:
+    """:func:`fold_from_log` in a niced child process; raises IndexWriteError with its stderr on failure."""
+    command = [sys.executable, "-m", "densehybrid.index.compaction", str(path), str(log_dir), str(through_segment),
+               str(applied_seq)]
+    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=lambda: _child_setup(niceness))
+    if done.returncode:
+        raise store.IndexWriteError(f"compaction of {path} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
+if __name__ == "__main__":
+    fold_from_log(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

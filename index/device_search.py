@@ -1,0 +1,131 @@
+"""Exact first stage and exact GIP rerank in torch, on any device torch supports (DESIGN §6).
+
+This is the GPU path: an exact inner product (matmul + top-k) runs on every GPU the installed
+torch supports, needs no Faiss GPU build (the faiss-gpu-cu12 wheels carry no sm_90 kernels and
+abort the process on Hopper) and has no k limit (Faiss GPU caps k at 2048; K1 goes to 10,000).
+The same code runs on CPU, which is how CI tests it.
+
+Layout: the index rows are split evenly over ``devices`` (one slice per GPU; the per-device
+top-k lists are merged on the host), and each device's slice is stored as chunks of at most
+``chunk_rows`` rows, so no single allocation has to hold a whole index. Rows keep their global
+numbers, so results are comparable with Faiss and with :mod:`densehybrid.index.gip`.
+
+Arrays in, arrays out: numpy at the edges (the searcher's types), torch inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from densehybrid.index.gip import sort_by_score
+
+DEFAULT_CHUNK_ROWS = 1 << 20  # 1M rows x 896 fp16 values = 1.8 GB per allocation
+_RERANK_BLOCK = 16_384  # candidate rows gathered per scoring step
+
+
+@dataclass
+class _Chunk:
+    start: int  # global number of the first row
+    values: torch.Tensor  # (rows, dim) in the storage dtype
+    gates: torch.Tensor | None  # (rows, G) uint8
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous row ranges covering 0..n, sizes differing by at most one."""
+    bounds = np.linspace(0, n, parts + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class TorchFlatIndex:
+    """Index values (and gates) resident on torch devices; exact search and rerank there.
+
+    values (N, dim) float16/float32 (a memory map is fine: it is copied once), gates (N, G)
+    uint8 or None, devices: where the rows live (several entries split the rows), dtype: the
+    storage type on the devices (float16 halves memory and bandwidth; scores accumulate in
+    float32 either way on CUDA; on CPU use float32).
+    """
+
+    def __init__(self, values: np.ndarray, gates: np.ndarray | None, devices: Sequence[str | torch.device], *,
+                 dtype: torch.dtype = torch.float32, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+        if not devices:
+            raise ValueError("TorchFlatIndex needs at least one device")
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        self.count, self.dim = values.shape
+        self.gated_dim = 0 if gates is None else gates.shape[1]
+        self.dtype = dtype
+        self.devices = [torch.device(d) for d in devices]
+        self.shards: list[list[_Chunk]] = []
+        for device, (lo, hi) in zip(self.devices, _split(self.count, len(self.devices))):
+            chunks = []
+            for start in range(lo, hi, chunk_rows):
+                stop = min(hi, start + chunk_rows)
+                # copies: the index files are read-only memory maps
+                chunk_values = torch.from_numpy(np.array(values[start:stop])).to(device, dtype)
+                chunk_gates = None if gates is None else torch.from_numpy(np.array(gates[start:stop])).to(device)
+                chunks.append(_Chunk(start, chunk_values, chunk_gates))
+            self.shards.append(chunks)
+
+    @torch.inference_mode()
+    def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact inner product: xq (Q, dim) float32 -> scores (Q, k') float32, rows (Q, k') int64,
+        k' = min(k, N), sorted by score descending, ties by row ascending."""
+        k = min(k, self.count)
+        found_scores, found_rows = [], []
+        for device, chunks in zip(self.devices, self.shards):
+            if not chunks:
+                continue
+            q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device, self.dtype)
+            scores, rows = [], []
+            for chunk in chunks:
+                chunk_scores = (q @ chunk.values.T).float()
+                top = torch.topk(chunk_scores, min(k, chunk_scores.shape[1]), dim=1)
+                scores.append(top.values)
+                rows.append(top.indices + chunk.start)
+            merged, merged_rows = torch.cat(scores, 1), torch.cat(rows, 1)
+            top = torch.topk(merged, min(k, merged.shape[1]), dim=1)
+            found_scores.append(top.values.cpu())
+            found_rows.append(torch.gather(merged_rows, 1, top.indices).cpu())
+        scores, rows = torch.cat(found_scores, 1).numpy(), torch.cat(found_rows, 1).numpy()
+        return sort_by_score(scores, rows, k)
+
+    @torch.inference_mode()
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact GIP of each query's candidate rows, top ``k`` (as :func:`densehybrid.index.gip.rerank`).
+
+        xq (Q, dim) float32 (λ-scaled), gq (Q, G) uint8 or None, rows (Q, K) int64 (-1 = none)
+        -> (scores, rows) (Q, min(k, K)). Each candidate is scored on the device holding its row.
+        """
+        out = np.full(rows.shape, -np.inf, dtype=np.float32)
+        for device, chunks in zip(self.devices, self.shards):
+            q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device)
+            g = None if gq is None or not self.gated_dim else torch.from_numpy(np.ascontiguousarray(gq)).to(device)
+            for chunk in chunks:
+                inside = (rows >= chunk.start) & (rows < chunk.start + chunk.values.shape[0])
+                qi, ci = np.nonzero(inside)
+                for s in range(0, len(qi), _RERANK_BLOCK):
+                    bq, bc = qi[s:s + _RERANK_BLOCK], ci[s:s + _RERANK_BLOCK]
+                    local = torch.from_numpy(rows[bq, bc] - chunk.start).to(device)
+                    query_rows = torch.from_numpy(bq).to(device)
+                    out[bq, bc] = self._score(q, g, chunk, local, query_rows).cpu().numpy()
+        return sort_by_score(out, rows, k)
+
+    def _score(self, q: torch.Tensor, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor,
+               query_rows: torch.Tensor) -> torch.Tensor:
+        """GIP of (query_rows[i], chunk row local[i]) pairs -> (M,) float32."""
+        product = chunk.values.index_select(0, local).float() * q.index_select(0, query_rows)
+        if g is not None and chunk.gates is not None:
+            same_gate = chunk.gates.index_select(0, local) == g.index_select(0, query_rows)
+            product[:, :self.gated_dim] *= same_gate
+        return product.sum(1)
+
+
+def search_devices(device: str) -> list[str]:
+    """``"cuda"`` -> every visible GPU; ``"cuda:N"`` or ``"cpu"`` -> that one device."""
+    if device == "cuda":
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return [device]

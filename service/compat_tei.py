@@ -1,0 +1,171 @@
+"""Text-embeddings-inference routes: ``POST /embed``, ``/embed_sparse``, ``/rerank``, ``/`` (issue 13).
+
+For TEI clients (``huggingface_hub.InferenceClient``, LlamaIndex's and Haystack's TEI components).
+``/embed`` returns the ``/encode`` rows, L2-normalized unless ``normalize`` is false. ``/rerank``
+scores each text as a passage against the query with the served model's own score (GIP for kinds
+with gates, inner product otherwise); ``/embed_sparse`` returns each text's V-dim lexical vector
+(DESIGN §2.1-§2.3, before DLR or aggregation) as its non-zero ``{"index", "value"}`` entries, and a 422
+for dense-only (``cls``) models; ``raw_scores`` false applies a sigmoid as TEI does, which keeps
+the order but saturates near 1 for large scores. As in TEI, ``truncate`` defaults to false: an
+over-long text is a 413 that names the limit. ``POST /`` is TEI's generic route: ``inputs`` (a text
+or texts -> embeddings; ``{"source_sentence", "sentences"}`` -> similarities) with optional
+``parameters``. Every answer carries TEI's timing headers (milliseconds).
+"""
+
+
+from typing import Annotated, Literal
+
+import numpy as np
+from fastapi import APIRouter, Body, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from densehybrid.service import handlers
+from densehybrid.service.routes import error_responses
+from densehybrid.service.runtime import Runtime
+from densehybrid.service.schemas import JsonBool, Role, Text
+
+TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
+                  "x-queue-time": "queue_ms", "x-inference-time": "encode_ms"}
+Direction = Literal["Right", "right"]
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="token id in the model's vocabulary")
+    value: float
+
+
+class RerankHit(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class _TeiRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
+    Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
+
+    class EmbedOptions(_TeiRequest):
+        normalize: JsonBool = Field(True, description="L2-normalize each vector")
+        truncate: JsonBool | None = Field(False, description="cut over-long texts to the max length (else 413)")
+        truncation_direction: Direction | None = Field(None, description="only right truncation")
+        prompt_name: None = Field(None, description="prompts are not supported")
+        input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
+
+    class EmbedRequest(EmbedOptions):
+        model_config = ConfigDict(extra="forbid", title="TeiEmbedRequest")
+        inputs: Text | Texts
+
+    class EmbedSparseRequest(_TeiRequest):
+        model_config = ConfigDict(extra="forbid", title="TeiEmbedSparseRequest")
+        inputs: Text | Texts
+        truncate: JsonBool | None = Field(False, description="cut over-long texts to the max length (else 413)")
+        truncation_direction: Direction | None = Field(None, description="only right truncation")
+        prompt_name: None = Field(None, description="prompts are not supported")
+        input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
+
+    class RerankRequest(_TeiRequest):
+        model_config = ConfigDict(extra="forbid", title="TeiRerankRequest")
+        query: Text
+        texts: Texts
+        return_text: JsonBool = False
+        raw_scores: JsonBool = Field(False, description="false: sigmoid of the score (TEI's default)")
+        truncate: JsonBool | None = False
+        truncation_direction: Direction | None = None
+
+    class SimilarityInputs(_TeiRequest):
+        source_sentence: Text
+        sentences: Texts
+
+    class GenericRequest(EmbedOptions):
+        """/embed's body (options at the top level, as huggingface_hub sends them, or in ``parameters``)."""
+
+        model_config = ConfigDict(extra="forbid", title="TeiGenericRequest")
+        inputs: Text | Texts | SimilarityInputs
+        parameters: EmbedOptions | None = Field(None, description="options of /embed, e.g. normalize")
+
+    return {"embed": EmbedRequest, "sparse": EmbedSparseRequest, "options": EmbedOptions, "rerank": RerankRequest,
+            "generic": GenericRequest, "similarity": SimilarityInputs}
+
+
+def _timing_headers(request: Request, response: Response) -> None:
+    timing = getattr(request.state, "timing", None) or {}
+    for header, stage in TIMING_HEADERS.items():
+        if stage in timing:
+            response.headers[header] = f"{timing[stage]:g}"
+
+
+def build_router(runtime: Runtime) -> APIRouter:
+    models = request_models(runtime.settings.max_request_texts)
+    EmbedRequest, RerankRequest, GenericRequest = models["embed"], models["rerank"], models["generic"]
+    router = APIRouter(tags=["tei"], responses=error_responses())
+
+    @router.post("/embed", response_model=list[list[float]])
+    async def embed(request: Request, response: Response, body: EmbedRequest = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's embed: one vector per input (a list of lists even for one text)."""
+        vectors = await embed_inputs(runtime, request, body.inputs, body)
+        _timing_headers(request, response)
+        return vectors
+
+    @router.post("/embed_sparse", response_model=list[list[SparseValue]])
+    async def embed_sparse(request: Request, response: Response, body: models["sparse"] = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's embed_sparse: each text's lexical vector over the vocabulary, its non-zero entries."""
+        vectors = await sparse_inputs(runtime, request, body)
+        _timing_headers(request, response)
+        return vectors
+
+    @router.post("/rerank", response_model=list[RerankHit], response_model_exclude_none=True)
+    async def rerank(request: Request, response: Response, body: RerankRequest = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's rerank: the texts' scores for the query, best first."""
+        hits = await rerank_texts(runtime, request, body)
+        _timing_headers(request, response)
+        return hits
+
+    @router.post("/", response_model=list[list[float]] | list[float])
+    async def generic(request: Request, response: Response, body: GenericRequest = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's generic route: embeddings of ``inputs``, or similarities for a source sentence."""
+        answer = await generic_inputs(runtime, request, body, models)
+        _timing_headers(request, response)
+        return answer
+
+    return router
+
+
+async def embed_inputs(rt: Runtime, request: Request, inputs, options) -> list[list[float]]:
+    texts = [inputs] if isinstance(inputs, str) else list(inputs)
+    done = await handlers.encode_texts(rt, request, texts, options.input_type, truncate=bool(options.truncate))
+    values = done.encoded.values.astype(np.float32)
+    if options.normalize:
+        values = values / np.maximum(np.linalg.norm(values, axis=1, keepdims=True), 1e-12)
+    return values.tolist()
+
+
+async def sparse_inputs(rt: Runtime, request: Request, body) -> list[list[dict]]:
+    texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
+    done = await handlers.encode_texts(rt, request, texts, body.input_type, truncate=bool(body.truncate),
+                                       output="lexical")
+    return [[{"index": int(i), "value": float(v)} for i, v in zip(sparse.indices, sparse.values)]
+            for sparse in done.encoded]
+
+
+async def rerank_texts(rt: Runtime, request: Request, body) -> list[dict]:
+    scores = await handlers.rerank(rt, request, body.query, list(body.texts), truncate=bool(body.truncate))
+    shown = scores if body.raw_scores else 1.0 / (1.0 + np.exp(-scores.astype(np.float64)))
+    order = np.argsort(-scores, kind="stable")
+    return [{"index": int(i), "score": float(shown[i]), "text": body.texts[i] if body.return_text else None}
+            for i in order]
+
+
+async def generic_inputs(rt: Runtime, request: Request, body, models: dict) -> list:
+    inputs, options = body.inputs, models["options"]
+    given = body.model_dump(include=set(options.model_fields), exclude_unset=True)
+    if body.parameters is not None:
+        given.update(body.parameters.model_dump(exclude_unset=True))
+    merged = options.model_validate(given)
+    if isinstance(inputs, models["similarity"]):  # the model's score; only `truncate` applies
+        scores = await handlers.rerank(rt, request, inputs.source_sentence, list(inputs.sentences),
+                                       truncate=bool(merged.truncate))
+        return [float(s) for s in scores]
+    return await embed_inputs(rt, request, inputs, merged)

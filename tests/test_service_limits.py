@@ -1,0 +1,185 @@
+"""Cost caps and metrics of issue 14: /explain and return_text limits, duration buckets, batch vs request timings,
+and the refusal to serve keyless on a non-loopback address."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.index.explain import explain
+from densehybrid.index.store import load_index
+from densehybrid.service.app import create_app
+from densehybrid.service.metrics import DURATION_BUCKETS, duration_buckets
+from densehybrid.service.serve import settings_from
+from densehybrid.service.settings import ServiceSettings
+
+LIMITS = dict(max_explain_hits=6, max_explain_terms=2, max_return_text_bytes=1024, request_timeout_s=45.0)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    encoder = FakeEncoder("dhr")
+    index_dir = build_toy_index(encoder, tmp_path_factory.mktemp("limits"))
+    index = load_index(index_dir)
+    settings = ServiceSettings(index=index_dir, log_json=False, **LIMITS)
+    with LiveServer(create_app(settings, encoder=encoder, index=index)) as server:
+        yield server.url, encoder, index, index_dir.parent / "corpus.jsonl"
+
+
+def post(url: str, route: str, body: dict) -> httpx.Response:
+    return httpx.post(url + route, json=body, timeout=30)
+
+
+# ------------------------------------------------------------------ /explain
+def test_explanations_list_the_largest_terms_up_to_the_limit(served):
+    url, encoder, index, _ = served
+    answer = post(url, "/search", {"query": "dense retrieval of passages", "k": 6, "explain": True})
+    assert answer.status_code == 200
+    query = encoder.encode(["dense retrieval of passages"], "query")
+    for hit in answer.json()["results"]:
+        full = explain(query, index, index.row_of(hit["id"]), lam=index.lam, vocab_size=encoder.spec.vocab_size or 0)
+        listed = [t["token_id"] for t in hit["explanation"]["terms"]]
+        assert listed == [t.token_id for t in full.terms][:2]
+        assert hit["explanation"]["lexical"] == pytest.approx(float(full.lexical), rel=1e-5)  # sums are untouched
+
+
+@pytest.mark.parametrize("body", [{"query": "q", "k": 7}, {"queries": ["a", "b"], "k": 4}])
+def test_too_many_explained_hits_are_refused_with_the_limit(served, body):
+    answer = post(served[0], "/search", {**body, "explain": True})
+    assert answer.status_code == 422
+    error = answer.json()["error"]
+    assert error["type"] == "invalid_request" and "limit of 6" in error["message"] and "max_explain_hits" in error["message"]
+    assert post(served[0], "/search", {**body, "explain": False}).status_code == 200  # the cap is on explaining only
+
+
+def test_explain_route_lists_at_most_the_limit(served):
+    answer = post(served[0], "/explain", {"query": "dense retrieval passage topic", "id": "D3"})
+    assert answer.status_code == 200 and len(answer.json()["terms"]) <= 2
+
+
+# --------------------------------------------------------------- return_text
+def _text_bytes(corpus, ids: list[str]) -> int:
+    docs = {d["_id"]: d for d in map(json.loads, corpus.read_text().splitlines())}
+    return sum(len(docs[i]["title"].encode()) + len(docs[i]["text"].encode()) for i in ids)
+
+
+def test_returned_text_over_the_limit_is_413(served):
+    url, _, _, corpus = served
+    ids = [h["id"] for h in post(url, "/search", {"query": "retrieval", "k": 60}).json()["results"]]
+    assert _text_bytes(corpus, ids) > 1024  # precondition: the full answer would pass the cap
+    answer = post(url, "/search", {"query": "retrieval", "k": 60, "return_text": True})
+    assert answer.status_code == 413
+    assert answer.json()["error"]["type"] == "payload_too_large" and "limit of 1024 bytes" in answer.json()["error"]["message"]
+
+
+def test_returned_text_under_the_limit_is_served(served):
+    url, _, _, corpus = served
+    hits = post(url, "/search", {"query": "retrieval", "k": 5, "return_text": True}).json()["results"]
+    assert _text_bytes(corpus, [h["id"] for h in hits]) <= 1024
+    docs = {d["_id"]: d for d in map(json.loads, corpus.read_text().splitlines())}
+    assert all(h["text"] == docs[h["id"]]["text"] for h in hits)
+
+
+def test_info_states_the_limits(served):
+    limits = httpx.get(served[0] + "/info", timeout=10).json()["limits"]
+    assert {k: limits[k] for k in ("max_explain_hits", "max_explain_terms", "max_return_text_bytes")} == {
+        k: LIMITS[k] for k in ("max_explain_hits", "max_explain_terms", "max_return_text_bytes")}
+
+
+# ------------------------------------------------------------------ metrics
+@pytest.mark.parametrize("timeout_s", [0.5, 7.0, 10.0, 30.0, 45.0, 1000.0])
+def test_duration_buckets_cover_the_timeout_and_resolve_milliseconds(timeout_s):
+    buckets = duration_buckets(timeout_s)
+    assert list(buckets) == sorted(set(buckets))
+    assert buckets[-1] >= timeout_s and buckets[:len(DURATION_BUCKETS)] == DURATION_BUCKETS
+    assert buckets[-2] < timeout_s or buckets == DURATION_BUCKETS  # no bucket wasted far past it
+
+
+def _families(url: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text)}
+
+
+def _total(families: dict, family: str, sample: str) -> float:
+    return sum(s.value for s in families[family].samples if s.name == sample)
+
+
+def test_live_histograms_end_at_the_configured_timeout(served):
+    bounds = {s.labels["le"] for s in _families(served[0])["densehybrid_request_duration_seconds"].samples
+              if s.name.endswith("_bucket")}
+    assert "45.0" in bounds and "60.0" not in bounds
+
+
+def test_a_coalesced_search_is_one_batch_observation_and_one_request_observation_each(served):
+    url = served[0]
+    before = _families(url)
+    bodies = [{"query": f"retrieval {i}", "k": 3} for i in range(12)] + [{"queries": ["a", "b", "c"], "k": 3}]
+    with ThreadPoolExecutor(8) as pool:
+        assert {r.status_code for r in pool.map(lambda b: post(url, "/search", b), bodies)} == {200}
+    after = _families(url)
+
+    def delta(family: str, sample: str) -> float:
+        return _total(after, family, sample) - _total(before, family, sample)
+
+    requests = delta("densehybrid_first_stage_duration_seconds", "densehybrid_first_stage_duration_seconds_count")
+    batches = delta("densehybrid_search_batch_first_stage_seconds", "densehybrid_search_batch_first_stage_seconds_count")
+    assert requests == len(bodies)
+    assert batches == delta("densehybrid_search_batch_queries", "densehybrid_search_batch_queries_count")
+    assert 1 <= batches <= len(bodies)
+    assert delta("densehybrid_search_batch_queries", "densehybrid_search_batch_queries_sum") == 15  # every query once
+    assert delta("densehybrid_search_batch_rerank_seconds", "densehybrid_search_batch_rerank_seconds_count") == batches
+
+
+# ------------------------------------------------------- keyless service refused
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "search.example.org"])
+def test_keyless_service_on_a_reachable_address_is_refused(host):
+    with pytest.raises(ValidationError, match="DENSEHYBRID_ALLOW_OPEN=true"):
+        ServiceSettings(host=host)
+    assert ServiceSettings(host=host, api_key="k").api_key is not None
+    assert ServiceSettings(host=host, allow_open=True).api_key is None
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.5", "::1", "localhost"])
+def test_keyless_service_on_loopback_is_allowed(host):
+    assert ServiceSettings(host=host).api_key is None
+
+
+def test_allow_open_comes_from_the_environment_or_the_flag(monkeypatch):
+    monkeypatch.setenv("DENSEHYBRID_HOST", "0.0.0.0")
+    with pytest.raises(ValidationError):
+        settings_from({})
+    assert settings_from({"allow_open": True}).allow_open
+    monkeypatch.setenv("DENSEHYBRID_ALLOW_OPEN", "true")
+    assert settings_from({}).allow_open
+
+
+def test_serve_refuses_before_loading_anything(monkeypatch):
+    from densehybrid.cli.main import app
+
+    monkeypatch.delenv("DENSEHYBRID_API_KEY", raising=False)
+    result = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--model", "no-such-model"])
+    assert result.exit_code == 2 and "DENSEHYBRID_API_KEY" in result.output
+
+
+def test_every_new_setting_has_a_serve_flag():
+    from densehybrid.cli.main import app
+
+    text = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
+    for flag in ("--max-explain-hits", "--max-explain-terms", "--max-return-text-bytes", "--allow-open"):
+        assert flag in text, flag
+
+
+def test_demo_refuses_a_keyless_public_host_before_indexing(monkeypatch, tmp_path):
+    from densehybrid.cli.main import app
+
+    monkeypatch.delenv("DENSEHYBRID_API_KEY", raising=False)
+    result = CliRunner().invoke(app, ["demo", "--host", "0.0.0.0", "--dir", str(tmp_path / "demo")])
+    assert result.exit_code == 2 and "DENSEHYBRID_ALLOW_OPEN" in result.output
+    assert not (tmp_path / "demo").exists()

@@ -1,0 +1,15 @@
+"""The write-load benchmark runs end to end and reports what it measured (no timing asserts)."""
+
+import pytest
+
+from densehybrid.bench import write_load
+
+
+@pytest.mark.slow
+def test_write_load_reports_both_phases_and_the_ratio():
+    report = write_load.run(documents=60, seconds=1.5, readers=2, write_batch=4, compact_after=5)
+    for phase in ("read_only", "with_writes"):
+        assert report[phase]["search_statuses"].get(200, 0) > 0
+        assert set(report[phase]["search_statuses"]) == {200}  # every search answered 200
+    assert report["with_writes"]["write_statuses"].get(200, 0) > 0
+    assert report["p99_ratio"] == round(report["with_writes"]["search_p99_ms"] / report["read_only"]["search_p99_ms"], 2)
