@@ -86,16 +86,35 @@ def index_build(
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
 
 
-def _load(index_dir: Path, encoder: EncoderOptions):
-    index = load_index(index_dir)
+def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Optional[str]):
+    """The index named on the command line: a directory, or a Milvus collection (issue 16)."""
+    if milvus_uri or collection:
+        if index_dir is not None or not (milvus_uri and collection):
+            fail("give either --index DIR or both --milvus-uri URI and --collection NAME")
+        from densehybrid.index.milvus import open_collection
+
+        return open_collection(milvus_uri, collection)
+    if index_dir is None:
+        fail("--index DIR (or --milvus-uri URI --collection NAME) is required")
+    return load_index(index_dir)
+
+
+def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Optional[str] = None,
+          collection: Optional[str] = None):
+    index = _open(index_dir, milvus_uri, collection)
     model = commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
     return index, model
+
+
+MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 
 
 @with_encoder_options
 def search(
     query: str = typer.Argument(..., help="query text"),
-    index_dir: Path = typer.Option(..., "--index", help="index directory"),
+    index_dir: Optional[Path] = typer.Option(None, "--index", help="index directory"),
+    milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help=MILVUS_URI_HELP),
+    collection: Optional[str] = typer.Option(None, "--collection", help="Milvus collection (with --milvus-uri)"),
     k: int = typer.Option(10, "-k", "--k", min=1, help="results to show"),
     first_stage: str = typer.Option("ip", "--first-stage", callback=_check_first_stage, help="ip or approx_gip"),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
@@ -110,7 +129,7 @@ def search(
     The model is the one the index records unless --model is given (it must match the index).
     """
     try:
-        index, model = _load(index_dir, encoder)
+        index, model = _load(index_dir, encoder, milvus_uri, collection)
         searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
                                       theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"),
@@ -128,7 +147,9 @@ def search(
 
 @with_encoder_options
 def eval_command(
-    index_dir: Path = typer.Option(..., "--index", help="index directory"),
+    index_dir: Optional[Path] = typer.Option(None, "--index", help="index directory"),
+    milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help=MILVUS_URI_HELP),
+    collection: Optional[str] = typer.Option(None, "--collection", help="Milvus collection (with --milvus-uri)"),
     queries: Path = typer.Option(..., "--queries", exists=True, dir_okay=False, help="BEIR queries.jsonl"),
     qrels: Path = typer.Option(..., "--qrels", exists=True, dir_okay=False, help="qrels (BEIR or TREC columns, header optional)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object: nDCG@10, MRR@10, R@100, R@1000"),
@@ -147,7 +168,7 @@ def eval_command(
     A fused index (dhr, fusion) also gets a row for each part alone, in the same table.
     """
     try:
-        index = load_index(index_dir)
+        index = _open(index_dir, milvus_uri, collection)
         model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
         search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
                              rerank=not no_rerank, device=resolve_search_device(search_device, index))
@@ -168,6 +189,29 @@ def eval_command(
         table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
     console.print(table)
     console.print("  ".join(f"{key} {value:.1f}" for key, value in last.timing.items()))
+
+
+@index_app.command("export")
+def index_export(
+    index_dir: Path = typer.Option(..., "--index", help="a built index directory (exact flat_ip first stage)"),
+    milvus_uri: str = typer.Option(..., "--milvus-uri", help="a Milvus Lite file (*.db) or http://host:19530"),
+    collection: str = typer.Option(..., "--collection", help="collection name (letters, digits, underscores)"),
+    batch_size: int = typer.Option(1000, "--batch-size", min=1, help="rows per upsert (the resume granularity)"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+) -> None:
+    """Copy an index into Milvus; re-running resumes an interrupted export and never duplicates rows."""
+    from tqdm.auto import tqdm
+
+    from densehybrid.index.milvus import export_index
+
+    try:
+        index = load_index(index_dir)
+        with tqdm(total=index.count, unit="row", desc=f"export {index.name}", disable=no_progress) as bar:
+            report = export_index(index, milvus_uri, collection, batch_size=batch_size, progress=bar.update)
+    except _KNOWN_ERRORS as exc:
+        fail(exc)
+    resumed = f" (resumed at row {report.resumed_from})" if report.resumed_from else ""
+    console.print(f"exported {index_dir} to {milvus_uri} collection {collection}: {report.rows} rows{resumed}")
 
 
 def register(app: typer.Typer) -> None:

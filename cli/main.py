@@ -70,6 +70,11 @@ def models_fetch(names: Optional[list[str]] = typer.Argument(None, help="model n
 def serve_command(
     encoder: EncoderOptions,
     index: Optional[Path] = typer.Option(None, "--index", "-i", help="index directory (its manifest names the model)"),
+    milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help="serve a Milvus collection instead of --index "
+                                             "(a Milvus Lite *.db file or http://host:19530); read-only"),
+    collection: Optional[str] = typer.Option(None, "--collection", help="the Milvus collection (its manifest names the model)"),
+    milvus_timeout_s: Optional[float] = typer.Option(None, "--milvus-timeout-s", help="Milvus connect/call timeout [10]"),
+    store_check_s: Optional[float] = typer.Option(None, "--store-check-s", help="how often /ready re-checks Milvus [1]"),
     backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: torch or onnx [torch]"),
     search_device: Optional[str] = typer.Option(None, "--search-device",
                                                 help="first stage + rerank: auto, cpu, cuda, cuda:N [auto]"),

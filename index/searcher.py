@@ -20,6 +20,7 @@ import numpy as np
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index import flat, fusion, gip
 from densehybrid.index.device_search import TorchFlatIndex, search_devices
+from densehybrid.index.first_stage import LocalStore, VectorStore
 from densehybrid.index.store import IndexFiles, IndexMismatchError
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,10 @@ def resolve_search_device(requested: str | None, index: IndexFiles) -> str:
     """
     import torch
 
+    if getattr(index, "vector_store", None) is not None:  # a Milvus collection: Milvus searches, the rerank is local numpy
+        if requested not in (None, "", "auto", "cpu"):
+            log.info("a Milvus collection searches in Milvus (search device %s ignored)", requested)
+        return "cpu"
     pq = flat.first_stage_description(index.faiss) == "pq"
     if requested in (None, "", "auto"):
         return "cuda" if torch.cuda.is_available() and not pq else "cpu"
@@ -87,7 +92,8 @@ def resolve_method(index: IndexFiles, method: str | None, lam: float | None) -> 
 
 
 class Searcher:
-    """Searches one loaded index.
+    """Searches one loaded index: a local directory or a Milvus collection
+    (``index.milvus.MilvusIndex``, which brings its own :class:`VectorStore`; always the Faiss-like path).
 
     ``device`` "cpu": Faiss first stage, numpy/torch-CPU rerank. A CUDA device (see
     :func:`resolve_search_device`): values and gates are copied to the GPU(s) once and the exact
@@ -101,8 +107,11 @@ class Searcher:
         self.spec = index.spec
         self.device = device
         on_gpu = device.startswith("cuda")
-        self.engine = engine or ("torch" if on_gpu else "faiss")
-        self._faiss = index.faiss
+        remote: VectorStore | None = getattr(index, "vector_store", None)
+        if remote is not None and engine == "torch":
+            raise SearchError("the torch search engine needs a local index; a Milvus collection searches in Milvus")
+        self.engine = "milvus" if remote is not None else engine or ("torch" if on_gpu else "faiss")
+        self.store: VectorStore | None = remote
         self._torch: TorchFlatIndex | None = None
         if self.engine == "torch":
             import torch
@@ -112,6 +121,8 @@ class Searcher:
                                          dtype=torch.float16 if half else torch.float32)
         else:
             flat.tune_blas()
+            if self.store is None:
+                self.store = LocalStore(index)
 
     @property
     def reranks(self) -> bool:
@@ -141,11 +152,12 @@ class Searcher:
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
         if first_stage == "approx_gip":
+            if self.engine == "milvus":
+                raise SearchError("first stage approx_gip needs a local index; a Milvus collection serves ip")
             return gip.approx_topk(xq, gq, self.index.values, self.index.gates, theta, depth)
         if self._torch is not None:
             return self._torch.search(xq, depth)
-        scores, rows = flat.search(self._faiss, xq, depth)
-        return gip.sort_by_score(scores, rows, depth)
+        return self.store.inner_product(xq, depth)
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
         return resolve_method(self.index, method, lam)
@@ -163,8 +175,11 @@ class Searcher:
         valid = rows >= 0
         safe_rows = np.where(valid, rows, 0)
         lexical_q, dense_q = fusion.split_query(xq, self.spec.gated_dim)
-        lexical = gip.score_rows(lexical_q, gq, self.index.values, self.index.gates, safe_rows)
-        dense = gip.score_rows(dense_q, gq, self.index.values, self.index.gates, safe_rows)
+        if self.store is not None:  # one fetch of the candidates' vectors for both parts (Milvus)
+            lexical, dense = self.store.score_rows([lexical_q, dense_q], gq, rows)
+        else:
+            lexical = gip.score_rows(lexical_q, gq, self.index.values, self.index.gates, safe_rows)
+            dense = gip.score_rows(dense_q, gq, self.index.values, self.index.gates, safe_rows)
         fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, valid=valid)
         return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
 
@@ -199,16 +214,21 @@ class Searcher:
         elif second and self._torch is not None:
             scores, rows = self._torch.rerank(xq, gq, rows, k)
         elif second:
-            scores, rows = gip.rerank(xq, gq, self.index.values, self.index.gates, rows, k)
+            scores, rows = self.store.rerank(xq, gq, rows, k)
         rerank_ms = _ms(start) if second else 0.0
         return self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})
 
     def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float]) -> SearchResults:
-        ids, out_scores, out_rows = [], [], []
-        doc_ids = self.index.doc_ids
+        out_scores, out_rows = [], []
         for q_scores, q_rows in zip(scores, rows):
             keep = q_rows >= 0
             out_rows.append([int(r) for r in q_rows[keep]])
             out_scores.append([float(s) for s in q_scores[keep]])
-            ids.append([doc_ids[r] for r in out_rows[-1]])
+        every_row = [r for q_rows in out_rows for r in q_rows]
+        if self.store is not None:
+            flat_ids = iter(self.store.ids_of(every_row))
+        else:
+            doc_ids = self.index.doc_ids
+            flat_ids = iter([doc_ids[r] for r in every_row])
+        ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
         return SearchResults(ids, out_scores, out_rows, timing)

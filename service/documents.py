@@ -36,6 +36,9 @@ class WriteFailed(ServiceError):
 def _writable(rt: Runtime) -> LiveIndex:
     index = require_index(rt)
     require_ready(rt)
+    if getattr(index.base, "vector_store", None) is not None:
+        raise WritesDisabled("this server serves a Milvus collection, read only: writes need a local index "
+                             "(start it with --index DIR and writes on)")
     if index.log is None:
         raise WritesDisabled("this server serves its index read only (start it with --index DIR and writes on)")
     return index

@@ -17,6 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from densehybrid.index.milvus import MilvusUnavailableError
+
 log = logging.getLogger(__name__)
 
 # request-size limits live in the schemas as max_length; exceeding them is a 413, not a 422
@@ -68,6 +70,16 @@ class NotReady(ServiceError):
     """Model or index not loaded (yet), or the service is shutting down."""
 
     status, type = 503, "not_ready"
+
+
+class StoreUnavailable(ServiceError):
+    """The remote vector store (Milvus) cannot be reached; the service recovers when it is back."""
+
+    status, type = 503, "store_unavailable"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after_s)}
 
 
 class NoIndex(ServiceError):
@@ -179,6 +191,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return http_error_response(exc, request.url.path)
 
+    async def on_store_lost(request: Request, exc: MilvusUnavailableError) -> JSONResponse:
+        log.warning("vector store unreachable: %s", exc)
+        return service_error_response(StoreUnavailable(str(exc)), request.url.path)
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
         return service_error_response(ServiceError("internal error"), request.url.path)
@@ -186,4 +202,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(MilvusUnavailableError, on_store_lost)
     app.add_exception_handler(Exception, on_unexpected)

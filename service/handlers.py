@@ -20,10 +20,11 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from densehybrid.encoder.base import Encoded, Role, SparseVector, TokenizedText
+from densehybrid.index.milvus import MilvusUnavailableError
 from densehybrid.index.searcher import SearchError
 from densehybrid.service.batcher import EncodeOutcome, Output
 from densehybrid.service.errors import (ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
-                                        SearchFailed)
+                                        SearchFailed, StoreUnavailable)
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchParams
 
@@ -35,6 +36,8 @@ def _ms(seconds: float) -> float:
 
 
 def require_ready(rt: Runtime) -> None:
+    if not rt.store_health.ok():
+        raise StoreUnavailable(f"the vector store is unreachable ({rt.status}); retry later", rt.settings.retry_after_s)
     if not rt.ready:
         raise NotReady(f"the service is not ready ({rt.status})")
 
@@ -234,6 +237,9 @@ async def search(rt: Runtime, request: Request, body) -> dict:
             found = await rt.search_batcher.search(outcome.encoded, params)
         except SearchError as exc:
             raise InvalidRequest(str(exc)) from exc
+        except MilvusUnavailableError as exc:
+            rt.store_health.lost()
+            raise StoreUnavailable(str(exc), rt.settings.retry_after_s) from exc
         except Exception as exc:  # noqa: BLE001 - reported as a JSON 500, the server keeps serving
             raise SearchFailed(f"search failed: {type(exc).__name__}: {exc}") from exc
         search_ms, rerank_ms = found.search_ms, found.rerank_ms

@@ -32,7 +32,10 @@ class StartupError(RuntimeError):
 
 def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
     """(encoder, index or None) from the settings; raises :class:`StartupError` with a clear message."""
-    index = _load_index(settings) if settings.index is not None else None
+    if settings.milvus_uri is not None:
+        index = _open_collection(settings)
+    else:
+        index = _load_index(settings) if settings.index is not None else None
     if index is None and settings.model is None:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
     if index is not None:  # before the model loads: a wrong search device fails fast
@@ -49,7 +52,8 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         try:
             check_compatible(index.spec, encoder.spec)
         except (IndexStoreError, ValueError) as exc:
-            raise StartupError(f"model {encoder.spec.model_id!r} does not match index {settings.index}: {exc}") from exc
+            where = settings.index if settings.milvus_uri is None else f"{settings.milvus_uri}#{settings.collection}"
+            raise StartupError(f"model {encoder.spec.model_id!r} does not match index {where}: {exc}") from exc
     return encoder, index
 
 
@@ -62,6 +66,42 @@ def _load_index(settings: ServiceSettings):
         raise StartupError(f"cannot load index {settings.index}: {exc}") from exc
     log.info("index loaded", extra={"fields": {"index": str(settings.index), "documents": index.count}})
     return index
+
+
+def _open_collection(settings: ServiceSettings):
+    from densehybrid.index.milvus import open_collection
+    from densehybrid.index.store import IndexStoreError
+
+    try:
+        index = open_collection(settings.milvus_uri, settings.collection, timeout_s=settings.milvus_timeout_s)
+    except IndexStoreError as exc:
+        raise StartupError(f"cannot serve Milvus collection {settings.collection!r} at {settings.milvus_uri}: {exc}") from exc
+    log.info("collection opened", extra={"fields": {"milvus_uri": settings.milvus_uri, "collection": settings.collection,
+                                                     "documents": index.count}})
+    return index
+
+
+class StoreHealth:
+    """Whether a remote vector store answers, checked at most every ``interval_s`` (local indexes: always)."""
+
+    def __init__(self, index, interval_s: float):
+        self._check = getattr(index, "healthy", None)
+        self.interval_s = interval_s
+        self._ok, self._checked = True, float("-inf")
+        self._lock = threading.Lock()
+
+    def ok(self) -> bool:
+        if self._check is None:
+            return True
+        with self._lock:
+            if time.monotonic() - self._checked >= self.interval_s:
+                self._ok, self._checked = bool(self._check()), time.monotonic()
+            return self._ok
+
+    def lost(self) -> None:
+        """A call failed: report not ready until the next successful check."""
+        with self._lock:
+            self._ok, self._checked = False, time.monotonic()
 
 
 def _load_encoder(settings: ServiceSettings, index) -> Encoder:
@@ -109,7 +149,8 @@ class Runtime:
         self.search_batcher = (SearchBatcher(self.searcher, self.search_pool, self.metrics.observe_search_batch)
                                if self.searcher is not None else None)
         self._ready = threading.Event()
-        self.status = "starting"
+        self.store_health = StoreHealth(index, settings.store_check_s)
+        self._status = "starting"
         spec = encoder.spec
         self.metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm)
         self.compactor = None
@@ -145,7 +186,17 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set()
+        return self._ready.is_set() and self.store_health.ok()
+
+    @property
+    def status(self) -> str:
+        if self._ready.is_set() and not self.store_health.ok():
+            return "vector store unreachable"
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self._status = value
 
     def start(self) -> None:
         self.batcher.start()

@@ -27,6 +27,11 @@ class ServiceSettings(BaseSettings):
 
     model: str | None = Field(None, description="model directory or zoo name; defaults to the one the index manifest names")
     index: Path | None = Field(None, description="index directory; without one the service is encode-only")
+    milvus_uri: str | None = Field(None, description="serve a Milvus collection instead of --index: a Milvus Lite "
+                                   "file (*.db) or http://host:19530")
+    collection: str | None = Field(None, description="the Milvus collection (with milvus_uri); its manifest names the model")
+    milvus_timeout_s: float = Field(10.0, gt=0, description="Milvus connect and call timeout")
+    store_check_s: float = Field(1.0, gt=0, description="how often /ready re-checks a remote vector store")
     kind: str | None = Field(None, description="model kind when the model directory does not state it (no index)")
     dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
     # the rest of the encoder flags `index build` takes (None: the index's, else the model directory's)
@@ -79,6 +84,14 @@ class ServiceSettings(BaseSettings):
     max_write_documents: int = Field(64, ge=1, description="largest batch of documents in one POST /documents")
     max_document_chars: int = Field(100_000, ge=1, description="longest title or text of a written document")
     compact_after_changes: int = Field(1000, ge=1, description="logged changes that start a background compaction")
+
+    @model_validator(mode="after")
+    def _one_index_source(self) -> "ServiceSettings":
+        if (self.milvus_uri is None) != (self.collection is None):
+            raise ValueError("milvus_uri and collection go together")
+        if self.milvus_uri is not None and self.index is not None:
+            raise ValueError("give either index or milvus_uri + collection, not both")
+        return self
 
     @classmethod
     def env_var(cls, field_name: str) -> str:

@@ -487,3 +487,38 @@ def test_setup_keeps_an_existing_index(tmp_path):
 def test_setup_without_a_corpus_fails_clearly(tmp_path):
     proc, calls = _run_setup(tmp_path)
     assert proc.returncode == 1 and "corpus" in proc.stderr and calls == []
+
+
+# --------------------------------------------------------------- Compose profile "milvus" (issue 16)
+COMPOSE_MILVUS = ["-f", "docker-compose.yml", "-f", "docker-compose.milvus.yml"]
+
+
+@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_CPU + ["-f", "docker-compose.milvus.yml"]],
+                         ids=["gpu-image", "cpu-image"])
+def test_compose_milvus_profile_is_valid(compose, files):
+    proc = compose_config(compose, *files, "--profile", "setup", "--profile", "milvus", "config", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_compose_milvus_profile_shape(compose):
+    from densehybrid.service.settings import ServiceSettings
+
+    proc = compose_config(compose, *COMPOSE_MILVUS, "--profile", "milvus", "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    for name in ("milvus", "milvus-etcd", "milvus-minio", "milvus-export"):
+        assert services[name]["profiles"] == ["milvus"]
+    assert services["milvus"]["image"].startswith("milvusdb/milvus:")
+    for name in ("milvus", "milvus-etcd", "milvus-minio"):
+        assert services[name]["healthcheck"]["test"][0] == "CMD"
+    assert {d: c["condition"] for d, c in services["milvus"]["depends_on"].items()} == {
+        "milvus-etcd": "service_healthy", "milvus-minio": "service_healthy"}
+    assert services["milvus-export"]["depends_on"]["milvus"]["condition"] == "service_healthy"
+    server = services["densehybrid"]
+    assert server["depends_on"]["milvus-export"]["condition"] == "service_completed_successfully"
+    env = server["environment"]
+    assert env["DENSEHYBRID_MILVUS_URI"] == "http://milvus:19530" and "DENSEHYBRID_INDEX" not in env
+    assert services["milvus-export"]["command"][services["milvus-export"]["command"].index("--collection") + 1] == \
+        env["DENSEHYBRID_COLLECTION"]
+    settings = ServiceSettings(**{k[len("DENSEHYBRID_"):].lower(): v for k, v in env.items() if v != ""})
+    assert settings.milvus_uri == "http://milvus:19530" and settings.index is None
