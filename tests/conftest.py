@@ -1,5 +1,7 @@
 """Shared fixtures. Real offline models are fetched once per machine into the cache."""
 
+import logging
+
 import pytest
 import torch
 
@@ -24,6 +26,16 @@ def cpu_reference(request, monkeypatch):
         return
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture
+def root_logging_restored():
+    """`serve` configures the root logger for the process; later CLI tests must not inherit it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

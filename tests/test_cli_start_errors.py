@@ -1,7 +1,6 @@
 """Errors a command meets at start end with exit code 2 and one sentence, never a traceback."""
 
 import json
-import logging
 
 import pytest
 from typer.testing import CliRunner
@@ -68,16 +67,6 @@ def test_a_gpu_search_device_without_cuda_is_one_sentence(tmp_path):
     index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path, count=12)
     with pytest.raises(StartupError, match="search device 'cuda' requested but torch sees no CUDA device; use cpu"):
         load_components(ServiceSettings(index=index_dir, search_device="cuda", warmup=False))
-
-
-@pytest.fixture
-def root_logging_restored():
-    """`serve` configures the root logger for the process; later CLI tests must not inherit it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.parametrize("device, expected", [("cuda:99", "'cuda:99'"), ("tpu", "unknown device 'tpu'")])

@@ -3,7 +3,6 @@
 Lite answers one query in 100+ ms, so the indexes here are small (80 rows).
 """
 
-import logging
 import shutil
 import time
 
@@ -183,16 +182,6 @@ def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_mode
     assert remote.output.strip().splitlines()[-1] == local.output.strip().splitlines()[-1]
     both = runner.invoke(app, ["search", "--index", str(index_dir), "--milvus-uri", uri, "--collection", "docs", "x"])
     assert both.exit_code != 0
-
-
-@pytest.fixture
-def root_logging_restored():
-    """`serve` configures the root logger for the process; later CLI tests must not inherit it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def test_serve_exits_2_when_milvus_is_unreachable(root_logging_restored):
