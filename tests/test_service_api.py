@@ -283,7 +283,9 @@ def test_full_queue_is_429_with_retry_after_and_recovers():
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             responses = list(pool.map(one, range(8)))
         refused = [r for r in responses if r.status_code == 429]
-        assert refused and len(refused) <= 8 - 3  # at most one running + two queued were accepted
+        # at least the two the queue holds are accepted (a third when the worker already took one off the
+        # queue; under load the whole burst can arrive before it does)
+        assert refused and len(refused) <= 8 - 2
         for r in refused:
             assert_error(r, 429, "overloaded")
             assert r.headers["retry-after"] == "2"
