@@ -73,10 +73,13 @@ class RayShardEncoder:
             import ray
         except ImportError as exc:
             raise RayBuildError("--ray needs Ray Data: pip install -e '.[ray]'") from exc
-        if self.options.address == "local":
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=self.options.address, log_to_driver=False)
+        try:
+            if self.options.address == "local":
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=self.options.address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RayBuildError(f"--ray {self.options.address}: cannot start or join Ray: {exc}") from exc
         try:
             resources = ray.cluster_resources()
             gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))

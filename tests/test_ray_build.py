@@ -94,3 +94,25 @@ def test_ray_build_equals_plain_build_and_resumes(splade_tiny_dir, corpus, tmp_p
     _assert_same_index(tmp_path / "ray", tmp_path / "plain", encoder)
     _assert_same_index(tmp_path / "resumed", tmp_path / "plain", encoder)
     assert not (tmp_path / "resumed.partial").exists()
+
+
+def test_cli_ray_local_build_is_recorded_as_ray(splade_tiny_dir, corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(corpus.read_text(encoding="utf-8").splitlines(keepends=True)[:40]), encoding="utf-8")
+    args = ["index", "build", "--corpus", str(small), "--model", str(splade_tiny_dir), "--kind", "dlr",
+            "--device", "cpu", "--batch-size", "8", "--no-progress"]
+    try:
+        built = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "ray"), "--ray", "local", "--ray-batch-size", "20"])
+    finally:
+        ray.shutdown()
+    assert built.exit_code == 0, built.output
+    assert not ray.is_initialized()
+    plain = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "plain")])
+    assert plain.exit_code == 0, plain.output
+    build = json.loads((tmp_path / "ray" / "manifest.json").read_text())["build"]
+    assert build["engine"] == "ray" and build["ray"]["address"] == "local" and build["ray"]["batch_size"] == 16
+    assert load_index(tmp_path / "ray").doc_ids == load_index(tmp_path / "plain").doc_ids
