@@ -77,6 +77,8 @@ def index_build(
     """Encode a corpus and publish an index (manifest, Faiss, float16 values, uint8 gates, SQLite texts)."""
     if not encoder.model:
         raise typer.BadParameter("--model is required")
+    if ray_batch_size is not None and not ray:
+        raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda else encoder.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
                            name=name, progress=not no_progress, fusion_method=fusion)

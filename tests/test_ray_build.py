@@ -116,3 +116,16 @@ def test_cli_ray_local_build_is_recorded_as_ray(splade_tiny_dir, corpus, tmp_pat
     build = json.loads((tmp_path / "ray" / "manifest.json").read_text())["build"]
     assert build["engine"] == "ray" and build["ray"]["address"] == "local" and build["ray"]["batch_size"] == 16
     assert load_index(tmp_path / "ray").doc_ids == load_index(tmp_path / "plain").doc_ids
+
+
+def test_ray_batch_size_without_ray_is_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "1", "text": "one passage"}\n', encoding="utf-8")
+    result = CliRunner().invoke(app, ["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "ix"),
+                                      "--model", "splade-tiny", "--ray-batch-size", "8"])
+    assert result.exit_code == 2 and "--ray-batch-size needs --ray" in result.output
+    assert not (tmp_path / "ix").exists() and not (tmp_path / "ix.partial").exists()
