@@ -21,6 +21,7 @@ from densehybrid.index import commands, flat
 from densehybrid.index.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.evaluate import EvalInputError
+from densehybrid.index.ray_build import RayBuildError, RayOptions, RayShardEncoder
 from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 from densehybrid.index.store import IndexStoreError, load_index
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
@@ -66,24 +67,40 @@ def index_build(
     fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
                                help="dhr/fusion: the searches' default mix of the two parts (recorded in the manifest)"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="encode on Ray Data: local (this machine's CPUs), "
+                                      "auto or ADDRESS (a running cluster); needs the [ray] extra"),
+    ray_batch_size: Optional[int] = typer.Option(None, "--ray-batch-size", min=1,
+                                                 help="with --ray: passages per Ray batch (whole --batch-size forwards; "
+                                                      "default 4 forwards)"),
     encoder: EncoderOptions = None,
 ) -> None:
     """Encode a corpus and publish an index (manifest, Faiss, float16 values, uint8 gates, SQLite texts)."""
     if not encoder.model:
         raise typer.BadParameter("--model is required")
+    if ray_batch_size is not None and not ray:
+        raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda else encoder.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
                            name=name, progress=not no_progress, fusion_method=fusion)
     try:
         model = commands.load_model(encoder.model, encoder.load_kwargs())
         start = time.perf_counter()
-        build_index(model, corpus, out, options)
+        if ray:
+            _ray_build(model, encoder, corpus, out, options, RayOptions(ray, ray_batch_size))
+        else:
+            build_index(model, corpus, out, options)
         seconds = time.perf_counter() - start
         index = load_index(out)
-    except _KNOWN_ERRORS as exc:
+    except (*_KNOWN_ERRORS, RayBuildError) as exc:
         fail(exc)
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
+
+
+def _ray_build(model, encoder: EncoderOptions, corpus: Path, out: Path, options: BuildOptions,
+               ray_options: RayOptions) -> None:
+    with RayShardEncoder(model, encoder.model, encoder.load_kwargs(), options.batch_size, ray_options) as encode_shard:
+        build_index(model, corpus, out, options, encode_shard=encode_shard, engine=encode_shard.record())
 
 
 def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Optional[str]):

@@ -83,7 +83,11 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
     }
 
 
-def _encode_shards(encoder: Encoder, corpus: Path, work: Path, options: BuildOptions, total: int) -> None:
+# encodes one shard's texts, in order, calling ``on_batch(size)`` as passages finish (index.ray_build has another)
+ShardEncoder = Callable[[Sequence[str], Callable[[int], object]], Encoded]
+
+
+def _encode_shards(encode_shard: ShardEncoder, corpus: Path, work: Path, options: BuildOptions, total: int) -> None:
     done = shards.completed(work)
     skip = done * options.shard_size
     if done:
@@ -94,7 +98,7 @@ def _encode_shards(encoder: Encoder, corpus: Path, work: Path, options: BuildOpt
     with bar:
         number = done
         while batch := list(islice(docs, options.shard_size)):
-            encoded = encode_passages(encoder, [passage_text(d) for d in batch], options.batch_size, bar.update)
+            encoded = encode_shard([passage_text(d) for d in batch], bar.update)
             shards.write_shard(work, number, encoded.values, encoded.gates, batch)
             number += 1
 
@@ -119,8 +123,13 @@ def fusion_record(spec: EncoderSpec, method: str) -> dict:
     return {"fusion": {"method": method, "dense_weight": fusion.DEFAULT_DENSE_WEIGHT}}
 
 
-def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions()) -> Path:
-    """Build and publish an index of ``corpus`` at ``out``; returns ``out``."""
+def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions(), *,
+                encode_shard: ShardEncoder | None = None, engine: dict | None = None) -> Path:
+    """Build and publish an index of ``corpus`` at ``out``; returns ``out``.
+
+    ``encode_shard`` replaces the in-process encoding (a Ray build passes its own and an ``engine``
+    record for the manifest); everything else, shards and resume included, is the same.
+    """
     corpus, out = Path(corpus), Path(out)
     if options.batch_size < 1 or options.shard_size < 1:
         raise ValueError("batch_size and shard_size must be >= 1")
@@ -130,7 +139,10 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     total = count_corpus(corpus)
     work = shards.work_dir(out)
     shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
-    _encode_shards(encoder, corpus, work, options, total)
+    if encode_shard is None:
+        def encode_shard(texts, on_batch):
+            return encode_passages(encoder, texts, options.batch_size, on_batch)
+    _encode_shards(encode_shard, corpus, work, options, total)
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
     lam, lam_info = _lambda(encoder, staged, options)
@@ -138,7 +150,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
-                                              "shard_size": options.shard_size}, **fusion_info},
+                                              "shard_size": options.shard_size, **(engine or {"engine": "local"})},
+               **fusion_info},
     )
     store.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
