@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deploy_tools import require_tool
 from test_deploy import compose, compose_config  # noqa: F401 - the compose fixture
 from test_deploy_balancer import REPLICA_HOSTS, TinyDNS, free_port
 
@@ -129,12 +130,7 @@ def test_metrics_network_holds_only_replicas_balancer_and_prometheus(compose):
 
 # ------------------------------------------------------------ the balancer
 def _nginx() -> str:
-    nginx = shutil.which("nginx")
-    if nginx is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("nginx missing: deploy/ci/install-validators.sh installs it")
-        pytest.skip("nginx not installed (deploy/ci/install-validators.sh)")
-    return nginx
+    return require_tool("nginx", shutil.which("nginx"))
 
 
 def _run_balancer(stack: ExitStack, tmp_path: Path, nginx: str, dns_port: int, replica_port: int,
