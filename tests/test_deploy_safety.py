@@ -6,7 +6,6 @@ against live replicas, as in test_deploy.py and test_deploy_balancer.py.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import stat
