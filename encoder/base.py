@@ -124,6 +124,7 @@ class Encoder(abc.ABC):
     """Texts -> :class:`Encoded` for one role, with the layout of :attr:`spec`."""
 
     spec: EncoderSpec
+    backend: str = "torch"  # the runtime of the forward; encoder.backends.onnx_backend switches it to "onnx"
 
     @abc.abstractmethod
     def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:

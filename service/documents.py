@@ -22,7 +22,7 @@ from densehybrid.index.live import LiveIndex, UnknownDocument
 from densehybrid.index.store import Document, IndexWriteError
 from densehybrid.index.wal import LogFullError
 from densehybrid.service.errors import InsufficientStorage, NotFound, ServiceError, WritesDisabled
-from densehybrid.service.handlers import _in_search_pool, _ms, _record, encode_for, require_index, require_ready
+from densehybrid.service.handlers import _in_search_pool, _ms, _record, encode_for, require_index, require_ready, tokenize
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.runtime import Runtime
 
@@ -58,7 +58,7 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
     docs = [Document(d.id, d.title, d.text) for d in body.documents]
-    items = await run_in_threadpool(rt.encoder.tokenize, [passage_text(d) for d in docs], "passage")
+    items = await tokenize(rt, [passage_text(d) for d in docs], "passage")
     outcome = await encode_for(rt, request, items, "passage")
     encoded = outcome.encoded
     logged = time.perf_counter()

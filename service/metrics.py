@@ -109,8 +109,9 @@ class ServiceMetrics:
         self.requests.labels(route=route, status=str(status)).inc()
         self.request_duration.labels(route=route).observe(seconds)
 
-    def describe_model(self, *, kind: str, model_id: str, device: str, skip_mlm: bool) -> None:
-        self.model.info({"kind": kind, "model_id": model_id, "device": device, "skip_mlm": str(skip_mlm).lower()})
+    def describe_model(self, *, kind: str, model_id: str, device: str, skip_mlm: bool, backend: str = "torch") -> None:
+        self.model.info({"kind": kind, "model_id": model_id, "device": device, "skip_mlm": str(skip_mlm).lower(),
+                         "backend": backend})
 
     def describe_index(self, documents: int, dims: int) -> None:
         self.index_documents.set(documents)

@@ -1,5 +1,6 @@
 """The routes of DESIGN §5. Each validates with its schema, calls one handler and returns."""
 
+import time
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
@@ -29,9 +30,17 @@ def error_responses(body: type[BaseModel] = ErrorBody, more: dict[int, str] | No
     return {status: {"model": body, "description": text} for status, text in texts.items()}
 
 
-def json_response(body: dict) -> Response:
-    """A handler's already-typed answer as JSON, bypassing response_model (which then only documents it)."""
-    return Response(to_json(body), media_type="application/json")
+def json_response(body: dict, request: Request, *, exclude_none: bool = False) -> Response:
+    """A handler's already-typed answer as JSON, bypassing response_model (which then only documents it).
+
+    The time it takes joins the request's stage times as ``serialize_ms`` (in the Server-Timing header:
+    the body is already written)."""
+    started = time.perf_counter()
+    content = to_json(body, exclude_none=exclude_none)
+    timing = getattr(request.state, "timing", None)
+    if timing is not None:
+        timing["serialize_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return Response(content, media_type="application/json")
 
 
 def build_router(runtime: Runtime) -> APIRouter:
@@ -43,14 +52,14 @@ def build_router(runtime: Runtime) -> APIRouter:
                  response_model_exclude_none=True)
     async def search(request: Request, body: SearchRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Top-k documents for a query (or a batch of queries), with the time of each stage."""
-        return await handlers.search(runtime, request, body)
+        return json_response(await handlers.search(runtime, request, body), request, exclude_none=True)
 
     @router.post("/encode", response_model=EncodeResponse, responses=_ERRORS, tags=["retrieval"])
     async def encode(request: Request, body: EncodeRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Vectors (and gates) of texts, as the index stores them (the dense part unscaled)."""
         # serialized in Rust, skipping FastAPI's per-float re-validation: at 16 passages that walk cost
         # ~25 ms of event-loop time per request and capped throughput under many clients (issue 18)
-        return json_response(await handlers.encode(runtime, request, body.texts, body.role))
+        return json_response(await handlers.encode(runtime, request, body.texts, body.role), request)
 
     @router.post("/explain", response_model=ExplainResponse, responses={**_ERRORS, 404: {
         "model": ErrorBody, "description": "unknown document id"}}, tags=["retrieval"])

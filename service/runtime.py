@@ -120,14 +120,15 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
         encoder = load_encoder(model, **options)
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
         raise StartupError(f"cannot load model {model!r}: {type(exc).__name__}: {exc}") from exc
-    if settings.backend != "torch":  # ONNX Runtime over the same checkpoints (issue 6)
+    if settings.backend != "torch":  # ONNX Runtime over the same checkpoints (issue 6); auto: on the CPU
         from densehybrid.encoder.backends.onnx_backend import apply_backend
 
         try:
             encoder = apply_backend(encoder, settings.backend)
         except Exception as exc:  # noqa: BLE001 - export/provider failures become one start-up message
             raise StartupError(f"cannot run model {model!r} on {settings.backend}: {type(exc).__name__}: {exc}") from exc
-    log.info("model loaded", extra={"fields": {"model": model, "kind": encoder.spec.kind, "device": encoder.device}})
+    log.info("model loaded", extra={"fields": {"model": model, "kind": encoder.spec.kind, "device": encoder.device,
+                                               "backend": encoder.backend}})
     return encoder
 
 
@@ -152,7 +153,8 @@ class Runtime:
         self.store_health = StoreHealth(index, settings.store_check_s)
         self._status = "starting"
         spec = encoder.spec
-        self.metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm)
+        self.metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm,
+                                    backend=encoder.backend)
         self.compactor = None
         if self.index is not None:
             self.metrics.describe_index(self.index.count, spec.dim)

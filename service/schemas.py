@@ -226,6 +226,7 @@ class ModelInfo(BaseModel):
     lam: float
     skip_mlm: bool
     device: str
+    backend: str = Field(description="the encoder's runtime: torch or onnx (what backend=auto chose)")
     max_query_length: int
     max_passage_length: int
     truncation: str

@@ -49,3 +49,42 @@ def test_onnx_backend_failure_is_one_startup_message(tiny_dir, monkeypatch):
     monkeypatch.setattr(onnx_backend, "use_onnx", broken)
     with pytest.raises(StartupError, match="on onnx: OnnxBackendError: no provider here"):
         load_components(ServiceSettings(model=str(tiny_dir), kind="cls", backend="onnx", device="cpu"))
+
+
+def test_auto_backend_serves_onnx_on_the_cpu(tiny_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("DENSEHYBRID_CACHE_DIR", str(tmp_path))
+    settings = ServiceSettings(model=str(tiny_dir), kind="cls", device="cpu", port=0, log_json=False)
+    assert settings.backend == "auto"
+    encoder, _ = load_components(settings)
+    assert isinstance(encoder.backbone, OnnxBackbone) and encoder.backend == "onnx"
+    with LiveServer(create_app(settings, encoder=encoder)) as server:
+        info = httpx.get(server.url + "/info", timeout=30).json()
+        metrics = httpx.get(server.url + "/metrics", timeout=30).text
+    assert info["model"]["backend"] == "onnx"
+    assert 'backend="onnx"' in metrics
+
+
+def test_auto_backend_falls_back_to_torch_when_the_export_fails(tiny_dir, monkeypatch, caplog):
+    from densehybrid.encoder.backends import onnx_backend
+
+    def broken(*args, **kwargs):
+        raise onnx_backend.OnnxBackendError("no provider here")
+
+    monkeypatch.setattr(onnx_backend, "use_onnx", broken)
+    encoder, _ = load_components(ServiceSettings(model=str(tiny_dir), kind="cls", device="cpu"))
+    assert encoder.backend == "torch" and not isinstance(encoder.backbone, OnnxBackbone)
+    assert "serving it with torch" in caplog.text and "no provider here" in caplog.text
+
+
+def test_auto_backend_keeps_torch_on_a_gpu_and_for_encoders_without_a_graph(tiny_dir):
+    import torch
+
+    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.encoder.backends.onnx_backend import apply_backend, onnx_serves
+
+    fake = FakeEncoder("cls")
+    assert apply_backend(fake, "auto") is fake and fake.backend == "torch"
+    encoder = load_encoder(str(tiny_dir), kind="cls", device="cpu")
+    assert onnx_serves(encoder)
+    encoder._device = torch.device("cuda")  # the predicate only; nothing runs on it
+    assert not onnx_serves(encoder)

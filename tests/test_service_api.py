@@ -12,7 +12,7 @@ from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
-from densehybrid.service.schemas import EncodeResponse
+from densehybrid.service.schemas import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer, build_toy_index
 
@@ -106,6 +106,9 @@ def test_return_text_and_explain(client, index_dir):
         assert math.isclose(explanation["lexical"] + explanation["semantic"], explanation["total"], rel_tol=1e-9)
         words = set(doc.text.split())
         assert explanation["terms"] and all(t["term"] in words for t in explanation["terms"])
+    # /search skips response_model validation for speed (issue 18): the body must still match its schema
+    assert r.headers["content-type"] == "application/json"
+    SearchResponse.model_validate_json(r.content, strict=True)
 
 
 def test_explain_route_splits_the_score(client, reference):
@@ -135,6 +138,7 @@ def test_encode_equals_in_process_encoder(client, role):
     assert (body["dim"], body["gated_dim"], body["kind"], body["role"]) == (896, 768, "dhr", role)
     assert body["truncated"] == [False, False, True]
     assert set(body["timing"]) == {"queue_ms", "tokenize_ms", "encode_ms", "total_ms"}
+    assert set(parse_server_timing(r.headers["server-timing"])) == {"queue", "tokenize", "encode", "total", "serialize"}
     # /encode skips response_model validation for speed (issue 18): the body must still match its schema
     assert r.headers["content-type"] == "application/json"
     EncodeResponse.model_validate_json(r.content, strict=True)
@@ -157,6 +161,8 @@ def test_timing_body_and_server_timing_header_agree(client):
     assert set(timing) == {"queue_ms", "encode_ms", "search_ms", "rerank_ms", "total_ms"}
     assert all(v >= 0 for v in timing.values()) and timing["total_ms"] >= timing["encode_ms"]
     stages = parse_server_timing(r.headers["server-timing"])
+    # the header also carries the serialization of the body it cannot be part of (issue 18)
+    assert stages.pop("serialize") >= 0
     assert stages == {name.removesuffix("_ms"): value for name, value in timing.items()}
     for response in (client.get("/info"), client.post("/search", json={"query": ""})):
         assert set(parse_server_timing(response.headers["server-timing"])) == {"total"}
@@ -206,7 +212,7 @@ def test_metrics_expose_every_family(client):
     assert samples[("densehybrid_first_stage_duration_seconds_count", (("first_stage", "approx_gip"),))] >= 1
     info = families["densehybrid_model_info"].samples[0]
     assert info.value == 1
-    assert info.labels == {"kind": "dhr", "model_id": "fake-dhr", "device": "cpu", "skip_mlm": "false"}
+    assert info.labels == {"kind": "dhr", "model_id": "fake-dhr", "device": "cpu", "skip_mlm": "false", "backend": "torch"}
 
 
 # -- errors (DESIGN §5): status, JSON body, and the next request still works ----------
@@ -367,5 +373,5 @@ def test_access_log_is_one_json_line_with_id_route_status_and_stage_times(client
     assert len(records) == 1
     line = json.loads(JsonFormatter().format(records[0]))
     assert (line["route"], line["status"], line["method"]) == ("/search", 200, "POST")
-    assert set(line["timing"]) == {"queue_ms", "encode_ms", "search_ms", "rerank_ms", "total_ms"}
+    assert set(line["timing"]) == {"queue_ms", "encode_ms", "search_ms", "rerank_ms", "total_ms", "serialize_ms"}
     assert line["duration_ms"] >= line["timing"]["total_ms"]

@@ -20,7 +20,9 @@ def splade_index(splade_tiny_dir, tmp_path_factory):
 
 
 def test_index_alone_serves_the_real_model_and_matches_in_process(splade_index):
-    settings = ServiceSettings(index=splade_index)
+    # torch, to compare bit for bit with the in-process torch encoder (ONNX Runtime, the CPU default,
+    # agrees to 1e-5: tests/test_onnx_backend.py)
+    settings = ServiceSettings(index=splade_index, backend="torch")
     encoder, index = load_components(settings)
     assert encoder.spec.model_id == "splade-tiny" and encoder.spec.kind == "dlr"
     reference_encoder, searcher = load_encoder("splade-tiny"), Searcher(index)
