@@ -255,7 +255,7 @@ def median_round(rounds: list[dict]) -> dict:
 
 
 TITLES = {"query": "/encode, query (1 text per request)", "passages": "/encode, passages (16 texts per request)",
-          "search": "/search, one query, k=10 (MiniLM [CLS] index)"}
+          "search": "/search, one query, k=10 ([CLS] index of the served model)"}
 PEER_TITLES = {"search": "; infinity: /embeddings of the same query (it has no search: encode-only, "
                          "an upper bound for infinity plus any vector store)"}
 

@@ -7,8 +7,8 @@ import pytest
 from deploy_tools import require_tool
 
 from densehybrid.bench import encode_peers
-from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, run_wrk, summarize,
-                                            workload_texts)
+from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,
+                                            summarize, workload_texts)
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index
 from densehybrid.index.store import load_index
@@ -48,6 +48,14 @@ def test_a_missing_wrk_names_its_install(monkeypatch):
 def test_median_round_picks_the_middle_throughput_per_cell():
     rounds = [{"query": {8: {"req_s": r}}} for r in (30.0, 10.0, 20.0)]
     assert median_round(rounds)["query"][8]["req_s"] == 20.0
+
+
+def test_the_search_table_says_infinity_only_embeds_the_query(capsys):
+    cell = {"req_s": 10.0, "p50_ms": 5.0, "p99_ms": 9.0}
+    print_table({"search": {8: cell}}, {"search": {8: cell}})
+    title = capsys.readouterr().out.strip().splitlines()[0]
+    assert title.startswith("/search") and "infinity: /embeddings of the same query" in title
+    assert "upper bound" in title
 
 
 @pytest.fixture(scope="module")
