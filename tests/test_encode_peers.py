@@ -34,6 +34,12 @@ def test_other_is_client_latency_minus_the_servers_total_when_it_sends_one():
                                            "other_ms": 10.5}
 
 
+def test_serialization_follows_the_servers_total_and_is_not_other():
+    result = parse_wrk_output(WRK_LINE.replace('"tokenize":2.0', '"tokenize":2.0,"total":9.5,"serialize":0.5'))
+    assert summarize(result)["stages"] == {"queue_ms": 1.0, "tokenize_ms": 2.0, "encode_ms": 5.0, "total_ms": 9.5,
+                                           "serialize_ms": 0.5, "other_ms": 10.0}
+
+
 def test_a_run_without_the_result_line_is_an_error():
     with pytest.raises(RuntimeError, match="no WRK_JSON line"):
         parse_wrk_output("Running 1s test @ http://127.0.0.1:1\n")
