@@ -103,10 +103,11 @@ def summarize(result: dict) -> dict:
            "statuses": statuses, "errors": {kind: n for kind, n in result["errors"].items() if n}}
     server = result["stages_ms"]
     stages = {f"{name}_ms": round(server[name], 2) for name in sorted(server, key=_stage_rank)}
-    if stages:
+    if stages and answered == result["requests"]:  # wrk's mean latency counts every answer, 429s too
         server_ms = (stages["total_ms"] + stages.get("serialize_ms", 0.0) if "total_ms" in stages
                      else sum(stages.values()))
         stages["other_ms"] = round(latency["mean"] - server_ms, 2)
+    if stages:
         out["stages"] = stages
     return out
 
@@ -276,17 +277,19 @@ def print_table(ours: dict, peer: dict | None) -> None:
                 ratio = s["req_s"] / p["req_s"] if p["req_s"] else float("nan")
                 line += f" | {p['req_s']:>14} | {p['p50_ms']:>6.0f} / {p['p99_ms']:<4.0f} | {ratio:>10.2f}x"
             print(line)
-        top = max(by_clients)
-        stages = by_clients[top].get("stages", {})
-        print(f"where the time goes at {top} clients (mean ms per request): "
-              + ", ".join(f"{k.removesuffix('_ms')} {v}" for k, v in stages.items()))
+        print("where the time goes (mean ms per answered request; 'other' only where every answer was a 2xx):")
+        for count, s in by_clients.items():
+            stages = s.get("stages", {})
+            refused = sum(n for code, n in s["statuses"].items() if not 200 <= int(code) < 300)
+            print(f"{count:>7} clients: " + ", ".join(f"{k.removesuffix('_ms')} {v}" for k, v in stages.items())
+                  + (f"; {refused} answers not 2xx {dict(s['statuses'])}" if refused else ""))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm", help="zoo name or model directory served by both")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--workloads", nargs="+", default=["query", "passages"], choices=WORKLOADS)
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--duration", type=int, default=10, help="seconds measured per workload and client count")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of unmeasured load before each measurement")
     parser.add_argument("--rounds", type=int, default=1)

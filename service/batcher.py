@@ -115,6 +115,17 @@ class Batcher:
         return self._queued_texts
 
     # -- request side -----------------------------------------------------------
+    def check_room(self, texts: int) -> None:
+        """Refuse now (:class:`QueueFull`) a job of ``texts`` texts that the queue could not take, before its
+        caller spends time tokenizing it: beyond the queue limit, refusals stay cheap and leave the CPU to
+        the forwards. :meth:`submit` checks again, under the lock."""
+        if self._queued_texts + texts > self.queue_size:
+            self._refuse_full()
+
+    def _refuse_full(self) -> None:
+        self.observer.count_rejected("queue_full")
+        raise QueueFull(f"encoder queue is full ({self._queued_texts} texts waiting); retry later", self.retry_after_s)
+
     def submit(self, items: list[TokenizedText], role: Role, output: Output = "vectors") -> Future:
         """Queue one job; its future resolves to an :class:`EncodeOutcome` or an error."""
         job = _Job(list(items), role, output)
@@ -123,9 +134,7 @@ class Batcher:
                 self.observer.count_rejected("shutting_down")
                 raise NotReady("the service is shutting down")
             if self._queued_texts + len(job.items) > self.queue_size:
-                self.observer.count_rejected("queue_full")
-                raise QueueFull(f"encoder queue is full ({self._queued_texts} texts waiting); retry later",
-                                self.retry_after_s)
+                self._refuse_full()
             self._jobs.append(job)
             self._queued_texts += len(job.items)
             self.observer.set_queue_depth(self._queued_texts)

@@ -87,6 +87,8 @@ INLINE_TOKENIZE_CHARS = 8192
 
 
 async def tokenize(rt: Runtime, texts: list[str], role: Role) -> list[TokenizedText]:
+    """Token ids for the encoder worker; a full queue is refused (429) before any tokenizing."""
+    rt.batcher.check_room(len(texts))
     if sum(len(text) for text in texts) <= INLINE_TOKENIZE_CHARS:
         return rt.encoder.tokenize(texts, role)
     return await run_in_threadpool(rt.encoder.tokenize, texts, role)

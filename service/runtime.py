@@ -9,7 +9,6 @@ encoder worker and the search threads, warms them up, and reports readiness.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -213,10 +212,6 @@ class Runtime:
             encoded = self.batcher.submit(items, "query").result(timeout=self.settings.request_timeout_s * 10).encoded
             if self.searcher is not None:
                 self.searcher.search(encoded, k=min(10, self.index.count), candidates=min(100, self.index.count))
-        # Everything loaded so far (torch, transformers, the model, the index) lives as long as the process:
-        # moved out of the collector's reach, so that a full collection under load does not walk it
-        gc.collect()
-        gc.freeze()
         self.status = "ready"
         self._ready.set()
         log.info("ready", extra={"fields": {"warmup_ms": round((time.perf_counter() - started) * 1000, 1)}})

@@ -9,6 +9,7 @@ accepting connections, lets in-flight requests finish (up to
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import uvicorn
@@ -30,6 +31,11 @@ def serve(settings: ServiceSettings, *, graceful_timeout_s: float = 30.0) -> Non
     service_logging.configure(settings.log_level, json_lines=settings.log_json)
     encoder, index = load_components(settings)  # StartupError: the caller prints it and exits
     app = create_app(settings, encoder=encoder, index=index)
+    # torch, transformers, the model and the index live as long as the process: moved out of the cyclic
+    # collector's reach, so that a full collection under load does not walk them (issue 18: query p99
+    # at 32 clients ~385 -> ~125 ms in one run on the 2-core CPU machine)
+    gc.collect()
+    gc.freeze()
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=graceful_timeout_s, lifespan="on")
     uvicorn.Server(config).run()

@@ -17,15 +17,23 @@ from densehybrid.service.settings import ServiceSettings
 
 WRK_LINE = ('wrk noise\nWRK_JSON {"duration_us":2000000,"errors":{"connect":0,"read":1,"timeout":0,"write":0},'
             '"latency_ms":{"max":50.0,"mean":20.0,"p50":18.0,"p90":30.0,"p99":45.0},"requests":5,'
-            '"stages_ms":{"encode":5.0,"queue":1.0,"tokenize":2.0},"statuses":{"200":4,"503":1}}\n')
+            '"stages_ms":{"encode":5.0,"queue":1.0,"tokenize":2.0},"statuses":{"200":5}}\n')
+WITH_REFUSALS = WRK_LINE.replace('"statuses":{"200":5}', '"statuses":{"200":4,"429":1}')
 
 
 def test_the_wrk_line_parses_into_a_summary_split_into_server_stages_and_the_rest():
     summary = summarize(parse_wrk_output(WRK_LINE))
-    assert summary["requests"] == 5 and summary["req_s"] == 2.0  # 2xx answers per second
-    assert summary["statuses"] == {200: 4, 503: 1} and summary["errors"] == {"read": 1}
+    assert summary["requests"] == 5 and summary["req_s"] == 2.5
+    assert summary["statuses"] == {200: 5} and summary["errors"] == {"read": 1}
     assert (summary["p50_ms"], summary["p99_ms"]) == (18.0, 45.0)
     assert summary["stages"] == {"queue_ms": 1.0, "tokenize_ms": 2.0, "encode_ms": 5.0, "other_ms": 12.0}
+
+
+def test_refused_answers_count_in_no_throughput_and_leave_other_out():
+    summary = summarize(parse_wrk_output(WITH_REFUSALS))
+    assert summary["req_s"] == 2.0 and summary["statuses"] == {200: 4, 429: 1}  # 2xx answers per second
+    # wrk's mean latency includes the quick 429s, the server's stage means only the 2xx answers
+    assert summary["stages"] == {"queue_ms": 1.0, "tokenize_ms": 2.0, "encode_ms": 5.0}
 
 
 def test_other_is_client_latency_minus_the_servers_total_when_it_sends_one():
@@ -57,11 +65,22 @@ def test_median_round_picks_the_middle_throughput_per_cell():
 
 
 def test_the_search_table_says_infinity_only_embeds_the_query(capsys):
-    cell = {"req_s": 10.0, "p50_ms": 5.0, "p99_ms": 9.0}
+    cell = {"req_s": 10.0, "p50_ms": 5.0, "p99_ms": 9.0, "statuses": {200: 100}}
     print_table({"search": {8: cell}}, {"search": {8: cell}})
     title = capsys.readouterr().out.strip().splitlines()[0]
     assert title.startswith("/search") and "infinity: /embeddings of the same query" in title
     assert "upper bound" in title
+
+
+def test_where_the_time_goes_is_printed_for_every_client_count_with_its_refusals(capsys):
+    calm = {"req_s": 10.0, "p50_ms": 5.0, "p99_ms": 9.0, "statuses": {200: 100},
+            "stages": {"queue_ms": 1.0, "encode_ms": 3.0, "other_ms": 1.0}}
+    full = {"req_s": 9.0, "p50_ms": 5.0, "p99_ms": 90.0, "statuses": {200: 90, 429: 40},
+            "stages": {"queue_ms": 60.0, "encode_ms": 3.0}}
+    print_table({"query": {8: calm, 64: full}}, None)
+    lines = capsys.readouterr().out.splitlines()
+    assert "      8 clients: queue 1.0, encode 3.0, other 1.0" in lines
+    assert "     64 clients: queue 60.0, encode 3.0; 40 answers not 2xx {200: 90, 429: 40}" in lines
 
 
 @pytest.fixture(scope="module")
