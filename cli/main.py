@@ -82,7 +82,7 @@ def serve_command(
     port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
     max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="padded tokens per forward"),
-    max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [2]"),
+    max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [0]"),
     queue_size: Optional[int] = typer.Option(None, "--queue-size", help="texts queued before 429 [1024]"),
     retry_after_s: Optional[int] = typer.Option(None, "--retry-after-s", help="Retry-After of a 429 [1]"),
     request_timeout_s: Optional[float] = typer.Option(None, "--request-timeout-s",
