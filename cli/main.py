@@ -62,6 +62,30 @@ def models_fetch(names: Optional[list[str]] = typer.Argument(None, help="model n
         console.print(f"{name}: {path}")
 
 
+@models_app.command("export-onnx")
+@with_encoder_options
+def models_export_onnx(
+    encoder: EncoderOptions,
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="the model this index's manifest names, "
+                                         "configured as the index was built (what `serve --index` loads)"),
+) -> None:
+    """Export the ONNX graphs `serve` runs on the CPU (--backend auto) into the cache now, for servers whose
+    cache is read-only (the Compose replicas): otherwise each server exports on its first start. Takes
+    the model flags `serve` takes."""
+    from densehybrid.encoder.backends.onnx_backend import default_cache_root
+    from densehybrid.service.runtime import StartupError, load_components
+    from densehybrid.service.settings import ServiceSettings
+
+    if index is None and encoder.model is None:
+        fail("give --index DIR (its manifest names the model) or --model M")
+    try:  # the graphs are the same for every provider: exported on the CPU
+        settings = ServiceSettings(**{**encoder.serve_settings(), "index": index, "backend": "onnx", "device": "cpu"})
+        exported, _ = load_components(settings)
+    except (StartupError, ValueError) as exc:
+        fail(exc)
+    console.print(f"{escape(exported.spec.model_id)}: ONNX graphs in {escape(str(default_cache_root()))}")
+
+
 # -- serve (issue 4) -------------------------------------------------------------
 # Each ServiceSettings field is one parameter named like the field (the encoder ones come from
 # with_encoder_options): a new setting adds one field in service/settings.py and one line here.

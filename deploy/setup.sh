@@ -1,7 +1,8 @@
 #!/bin/sh
 # One-shot setup for the Compose stack (service "setup", profile "setup"):
-# fetch the named offline models into the cache volume, then build the index
-# into the index volume unless a finished one is already there.
+# fetch the named offline models into the cache volume, build the index into the
+# index volume unless a finished one is already there, then export the ONNX
+# graphs the replicas run on the CPU into the cache volume.
 #
 # Index builds publish by renaming a finished temporary directory, so an
 # existing $DENSEHYBRID_INDEX is always a complete index; to rebuild, point
@@ -19,10 +20,14 @@ fi
 
 if [ -d "$DENSEHYBRID_INDEX" ]; then
     echo "setup: index $DENSEHYBRID_INDEX exists; not rebuilding"
-    exit 0
+else
+    if [ ! -f "$DENSEHYBRID_CORPUS" ]; then
+        echo "setup: corpus $DENSEHYBRID_CORPUS not found (mount it with DENSEHYBRID_CORPUS_DIR)" >&2
+        exit 1
+    fi
+    densehybrid index build --model "$DENSEHYBRID_MODEL" --corpus "$DENSEHYBRID_CORPUS" --out "$DENSEHYBRID_INDEX"
 fi
-if [ ! -f "$DENSEHYBRID_CORPUS" ]; then
-    echo "setup: corpus $DENSEHYBRID_CORPUS not found (mount it with DENSEHYBRID_CORPUS_DIR)" >&2
-    exit 1
-fi
-exec densehybrid index build --model "$DENSEHYBRID_MODEL" --corpus "$DENSEHYBRID_CORPUS" --out "$DENSEHYBRID_INDEX"
+
+# The replicas mount the cache read-only: the ONNX graphs their CPU backend runs (serve --backend auto)
+# are exported here, once (a no-op when already there; unused on a GPU, where they run torch).
+exec densehybrid models export-onnx --index "$DENSEHYBRID_INDEX"

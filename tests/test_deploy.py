@@ -475,13 +475,15 @@ def test_setup_fetches_then_builds(tmp_path):
     proc, calls = _run_setup(tmp_path, DENSEHYBRID_FETCH_MODELS="splade-tiny minilm")
     assert proc.returncode == 0, proc.stderr
     assert calls == ["models fetch splade-tiny minilm",
-                     f"index build --model splade-tiny --corpus {tmp_path}/corpus.jsonl --out {tmp_path}/ix/default"]
+                     f"index build --model splade-tiny --corpus {tmp_path}/corpus.jsonl --out {tmp_path}/ix/default",
+                     f"models export-onnx --index {tmp_path}/ix/default"]
 
 
-def test_setup_keeps_an_existing_index(tmp_path):
+def test_setup_keeps_an_existing_index_and_still_exports_its_model(tmp_path):
     (tmp_path / "ix" / "default").mkdir(parents=True)
     proc, calls = _run_setup(tmp_path)
-    assert proc.returncode == 0 and "not rebuilding" in proc.stdout and calls == []
+    assert proc.returncode == 0 and "not rebuilding" in proc.stdout
+    assert calls == [f"models export-onnx --index {tmp_path}/ix/default"]
 
 
 def test_setup_without_a_corpus_fails_clearly(tmp_path):

@@ -110,6 +110,7 @@ def test_setup_then_serve_from_the_venv(installed, splade_tiny_dir, tmp_path):
 
     built = run_setup(installed, tmp_path, corpus, index_dir)
     assert built.returncode == 0 and (index_dir / "manifest.json").is_file(), built.stdout + built.stderr
+    assert "splade-tiny: ONNX graphs in" in built.stdout  # for replicas whose cache is read-only
     again = run_setup(installed, tmp_path, corpus, index_dir)
     assert again.returncode == 0 and "not rebuilding" in again.stdout, again.stdout + again.stderr
 
@@ -131,6 +132,7 @@ def test_setup_then_serve_from_the_venv(installed, splade_tiny_dir, tmp_path):
         hits = httpx.post(url + "/search", json={"query": "bm25 lexical matching", "k": 3}, timeout=30).json()
         assert [h["id"] for h in hits["results"]][0] == "D1", hits
         assert hits["index"]["documents"] == len(topics)
+        assert httpx.get(url + "/info", timeout=30).json()["model"]["backend"] == "onnx"  # auto, on the CPU
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # not PID 1 here: see test_deploy_sigterm.py
     finally:

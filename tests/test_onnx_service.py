@@ -88,3 +88,30 @@ def test_auto_backend_keeps_torch_on_a_gpu_and_for_encoders_without_a_graph(tiny
     assert onnx_serves(encoder)
     encoder._device = torch.device("cuda")  # the predicate only; nothing runs on it
     assert not onnx_serves(encoder)
+
+
+def test_models_export_onnx_fills_the_cache_a_read_only_server_needs(tiny_dir, monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+    from densehybrid.encoder.backends.onnx_backend import default_cache_root
+
+    monkeypatch.setenv("DENSEHYBRID_CACHE_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["models", "export-onnx", "--model", str(tiny_dir), "--kind", "cls"])
+    assert result.exit_code == 0, result.output
+    assert "ONNX graphs in" in result.output
+    exported = sorted(p.relative_to(tmp_path) for p in default_cache_root().rglob("*.onnx"))
+    assert exported, list(tmp_path.rglob("*"))
+    # a server started afterwards finds them: nothing new is written
+    encoder, _ = load_components(ServiceSettings(model=str(tiny_dir), kind="cls", device="cpu"))
+    assert encoder.backend == "onnx"
+    assert sorted(p.relative_to(tmp_path) for p in default_cache_root().rglob("*.onnx")) == exported
+
+
+def test_models_export_onnx_wants_a_model_or_an_index():
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+
+    result = CliRunner().invoke(app, ["models", "export-onnx"])
+    assert result.exit_code == 2 and "give --index DIR (its manifest names the model) or --model M" in result.output
