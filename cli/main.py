@@ -99,7 +99,8 @@ def serve_command(
     collection: Optional[str] = typer.Option(None, "--collection", help="the Milvus collection (its manifest names the model)"),
     milvus_timeout_s: Optional[float] = typer.Option(None, "--milvus-timeout-s", help="Milvus connect/call timeout [10]"),
     store_check_s: Optional[float] = typer.Option(None, "--store-check-s", help="how often /ready re-checks Milvus [1]"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: auto (onnx on the CPU, torch on a GPU), torch or onnx [auto]"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: auto (onnx on the CPU, torch on "
+                                          "a GPU), torch or onnx [auto]"),
     search_device: Optional[str] = typer.Option(None, "--search-device",
                                                 help="first stage + rerank: auto, cpu, cuda, cuda:N [auto]"),
     host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),

@@ -22,7 +22,8 @@ from densehybrid.index.live import LiveIndex, UnknownDocument
 from densehybrid.index.store import Document, IndexWriteError
 from densehybrid.index.wal import LogFullError
 from densehybrid.service.errors import InsufficientStorage, NotFound, ServiceError, WritesDisabled
-from densehybrid.service.handlers import _in_search_pool, _ms, _record, encode_for, require_index, require_ready, tokenize
+from densehybrid.service.handlers import (_in_search_pool, _ms, _record, encode_for, require_index, require_ready,
+                                          tokenize)
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.runtime import Runtime
 
