@@ -194,11 +194,13 @@ def start_infinity(executable: Path, model_dir: Path, batch_size: int) -> tuple[
 
 
 def measure(start, request_for, workloads: list[str], clients: list[int], load: Load) -> dict:
-    """One fresh server, every workload and client count; {workload: {clients: summary}}."""
-    proc, url = start()
-    try:
-        results: dict = {}
-        for workload in workloads:
+    """``start(workload)`` gives a fresh server for each workload (a server that does not shed load would
+    otherwise still be working off the previous workload's backlog); every client count on it.
+    {workload: {clients: summary}}."""
+    results: dict = {}
+    for workload in workloads:
+        proc, url = start(workload)
+        try:
             path, bodies = request_for(workload)
             for count in clients:
                 if load.warmup_s > 0:
@@ -206,9 +208,9 @@ def measure(start, request_for, workloads: list[str], clients: list[int], load: 
                 summary = run_wrk(url, path, bodies, count, load.duration_s)
                 results.setdefault(workload, {})[count] = summary
                 print(f"{url} {workload} {count} clients: {summary}", flush=True)  # partial results survive a kill
-        return results
-    finally:
-        stop_process(proc, timeout_s=60)
+        finally:
+            stop_process(proc, timeout_s=60)
+    return results
 
 
 def search_index(data: Path, model: str, cache: Path, limit: int | None = None) -> Path:
@@ -235,16 +237,12 @@ def search_index(data: Path, model: str, cache: Path, limit: int | None = None) 
 
 def measure_densehybrid(model: str, index: Path | None, extra: list[str], workloads: list[str], clients: list[int],
                         load: Load) -> dict:
-    """The encode workloads on an encode-only ``--model`` server, search on a fresh ``--index`` server."""
-    results: dict = {}
-    encode = [w for w in workloads if w != "search"]
-    if encode:
-        results |= measure(lambda: start_densehybrid(["--model", model, *extra]), densehybrid_request,
-                           encode, clients, load)
-    if "search" in workloads:
-        results |= measure(lambda: start_densehybrid(["--index", str(index), *extra]), densehybrid_request,
-                           ["search"], clients, load)
-    return {w: results[w] for w in workloads}
+    """The encode workloads on an encode-only ``--model`` server, search on an ``--index`` server."""
+    def start(workload: str):
+        served = ["--index", str(index)] if workload == "search" else ["--model", model]
+        return start_densehybrid([*served, *extra])
+
+    return measure(start, densehybrid_request, workloads, clients, load)
 
 
 def median_round(rounds: list[dict]) -> dict:
@@ -313,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.rounds):
         ours_rounds.append(measure_densehybrid(args.model, index, args.server_arg, args.workloads, args.clients, load))
         if executable is not None:
-            peer_rounds.append(measure(lambda: start_infinity(executable, model_dir, args.batch_size),
+            peer_rounds.append(measure(lambda workload: start_infinity(executable, model_dir, args.batch_size),
                                        lambda w: infinity_request(w, str(model_dir)), args.workloads, args.clients,
                                        load))
     ours = median_round(ours_rounds)

@@ -85,3 +85,4 @@ def test_serve_freezes_the_loaded_heap_before_it_listens(monkeypatch):
     finally:
         gc.unfreeze()
     assert frozen_when_listening and frozen_when_listening[0] > 0
+
