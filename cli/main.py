@@ -105,7 +105,7 @@ def serve_command(
                                                 help="first stage + rerank: auto, cpu, cuda, cuda:N [auto]"),
     host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
-    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [32]"),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [64]"),
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="padded tokens per forward"),
     max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [0]"),
     queue_size: Optional[int] = typer.Option(None, "--queue-size", help="texts queued before 429 [1024]"),

@@ -69,7 +69,7 @@ class _Job:
 
 
 class Batcher:
-    def __init__(self, encoder: Encoder, *, max_batch_size: int = 32, max_batch_tokens: int = 16384,
+    def __init__(self, encoder: Encoder, *, max_batch_size: int = 64, max_batch_tokens: int = 16384,
                  max_wait_s: float = 0.0, queue_size: int = 1024, retry_after_s: int = 1,
                  observer: BatchObserver | None = None):
         self.encoder = encoder
