@@ -38,9 +38,7 @@ from importlib import resources
 from itertools import islice
 from pathlib import Path
 
-import httpx
-
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 from densehybrid.bench.service_latency import QUERIES
 from densehybrid.encoder.zoo import resolve
 
@@ -147,26 +145,12 @@ def infinity_request(workload: str, model: str) -> tuple[str, list[dict]]:
     return "/embeddings", [{"input": workload_texts(workload, i), "model": model} for i in range(BODIES)]
 
 
-def wait_ready(url: str, path: str, proc: subprocess.Popen, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"server at {url} not ready after {timeout_s:g} s")
-
-
 def start_densehybrid(serve_args: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", *serve_args, "--port", str(port),
                              "--log-level", "WARNING"])
     url = f"http://127.0.0.1:{port}"
-    wait_ready(url, "/ready", proc)
+    wait_for_process_ready(url, proc, "/ready", timeout_s=600)
     return proc, url
 
 
@@ -189,7 +173,7 @@ def start_infinity(executable: Path, model_dir: Path, batch_size: int) -> tuple[
                              "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning"],
                             env=env, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    wait_ready(url, "/health", proc)
+    wait_for_process_ready(url, proc, "/health", timeout_s=600)
     return proc, url
 
 

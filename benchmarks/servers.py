@@ -54,6 +54,31 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
     return proc.wait(timeout=timeout_s)
 
 
+class ServerNotReady(RuntimeError):
+    """A server process exited, or did not answer its readiness route in time."""
+
+
+def wait_for_process_ready(url: str, proc: subprocess.Popen, path: str = "/ready", timeout_s: float = 120.0) -> None:
+    """Poll ``url + path`` until it answers 200. If ``proc`` exits first (its piped stderr, if any, is in
+    the message) or the time runs out, the process is stopped and :class:`ServerNotReady` raised."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-3000:] if proc.stderr else ""
+            raise ServerNotReady(f"the server exited with {proc.returncode} before {url}{path} answered" +
+                                 (f":\n{err}" if err else ""))
+        try:
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    stop_process(proc)
+    raise ServerNotReady(f"{url}{path} did not answer 200 within {timeout_s:g} s")
+
+
 class LiveServer:
     """uvicorn in a thread; ``url`` is set once it listens (and, by default, once the app is ready)."""
 

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers import ServerNotReady, free_port, stop_process, wait_for_process_ready
 
 QUERIES = ["parse command line arguments", "read a csv file", "send an email message", "compress data with zlib",
            "regular expression matching", "start a thread pool", "format a date and time", "open a network socket",
@@ -33,20 +33,6 @@ def start_server(index: Path, port: int, extra: list[str]) -> subprocess.Popen:
     env = dict(os.environ)
     return subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", "--index", str(index), "--port", str(port),
                              "--log-level", "WARNING", *extra], env=env)
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/ready", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("server did not become ready")
 
 
 async def drive(url: str, route: str, concurrency: int, requests: int) -> np.ndarray:
@@ -92,7 +78,10 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     proc = start_server(args.index, port, args.server_arg)
     try:
-        wait_ready(url, proc)
+        try:
+            wait_for_process_ready(url, proc, timeout_s=300)
+        except ServerNotReady as exc:
+            raise SystemExit(str(exc)) from None
         print(f"{'route':8} {'conc':>4} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>7} "
               f"{'forwards':>8} {'mean batch':>10} {'max batch <=':>12}")
         for route in ("/search", "/encode"):

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from densehybrid.bench.load import percentile, queries
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 
 
 def _serve(index: str, port: int, compact_after: int) -> None:
@@ -46,16 +46,8 @@ def _serve(index: str, port: int, compact_after: int) -> None:
 def _start(index: Path, port: int, compact_after: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "densehybrid.bench.write_load", "serve", str(index), str(port),
                              str(compact_after)])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    stop_process(proc)
-    raise RuntimeError("the benchmark server did not become ready")
+    wait_for_process_ready(f"http://127.0.0.1:{port}", proc)
+    return proc
 
 
 def _reader(url: str, seed: int, stop: threading.Event, latencies: list, statuses: Counter) -> None:

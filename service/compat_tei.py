@@ -47,24 +47,22 @@ class _TeiRequest(BaseModel):
 def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
 
-    class EmbedOptions(_TeiRequest):
-        normalize: JsonBool = Field(True, description="L2-normalize each vector")
+    class InputOptions(_TeiRequest):
         truncate: JsonBool | None = Field(False, description="cut over-long texts to the max length (else 413)")
         truncation_direction: Direction | None = Field(None, description="only right truncation")
         prompt_name: None = Field(None, description="prompts are not supported")
         input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
+
+    class EmbedOptions(InputOptions):
+        normalize: JsonBool = Field(True, description="L2-normalize each vector")
 
     class EmbedRequest(EmbedOptions):
         model_config = ConfigDict(extra="forbid", title="TeiEmbedRequest")
         inputs: Text | Texts
 
-    class EmbedSparseRequest(_TeiRequest):
+    class EmbedSparseRequest(InputOptions):
         model_config = ConfigDict(extra="forbid", title="TeiEmbedSparseRequest")
         inputs: Text | Texts
-        truncate: JsonBool | None = Field(False, description="cut over-long texts to the max length (else 413)")
-        truncation_direction: Direction | None = Field(None, description="only right truncation")
-        prompt_name: None = Field(None, description="prompts are not supported")
-        input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
 
     class RerankRequest(_TeiRequest):
         model_config = ConfigDict(extra="forbid", title="TeiRerankRequest")

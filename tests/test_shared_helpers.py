@@ -1,4 +1,4 @@
-"""The shared readers and helpers: one JSONL reader (corpora, queries) and one sha256."""
+"""The shared readers and helpers: one JSONL reader (corpora, queries), one sha256, one wait for a server process."""
 
 import json
 
@@ -57,3 +57,26 @@ def test_json_log_lines_keep_the_request_fields():
     except RuntimeError:
         failed = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
     assert "RuntimeError: boom" in json.loads(JsonFormatter().format(failed))["exception"]
+
+
+def test_waiting_for_a_server_that_exits_says_so_with_its_stderr():
+    import subprocess
+    import sys
+
+    from densehybrid.bench.servers import ServerNotReady, free_port, wait_for_process_ready
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit('no index here')"], stderr=subprocess.PIPE)
+    with pytest.raises(ServerNotReady, match=r"exited with 1 before .*answered:\nno index here"):
+        wait_for_process_ready(f"http://127.0.0.1:{free_port()}", proc, timeout_s=30)
+
+
+def test_waiting_for_a_server_that_never_answers_stops_it():
+    import subprocess
+    import sys
+
+    from densehybrid.bench.servers import ServerNotReady, free_port, wait_for_process_ready
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(ServerNotReady, match="did not answer 200 within 0.5 s"):
+        wait_for_process_ready(f"http://127.0.0.1:{free_port()}", proc, timeout_s=0.5)
+    assert proc.poll() is not None

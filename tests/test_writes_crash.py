@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import build_toy_index, free_port, stop_process
+from densehybrid.bench.servers import build_toy_index, free_port, stop_process, wait_for_process_ready
 
 HELPER = Path(__file__).with_name("writes_server.py")
 BATCH = 3
@@ -22,17 +22,8 @@ BATCH = 3
 def start(index: Path, port: int, compact_after: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, str(HELPER), str(index), str(port), str(compact_after)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    stop_process(proc)
-    raise AssertionError("the server did not become ready")
+    wait_for_process_ready(f"http://127.0.0.1:{port}", proc)
+    return proc
 
 
 def writer(url: str, worker: int, acked: list, sent: list, stop: threading.Event) -> None:
