@@ -23,7 +23,6 @@ import torch
 
 from densehybrid.bench.checkpoints import write_random_checkpoint
 from densehybrid.bench.timing import ratio, summarize
-from densehybrid.encoder.backends.onnx_backend import apply_backend
 from densehybrid.encoder.base import TokenizedText
 from densehybrid.encoder.encoders import MODEL_KEY
 from densehybrid.encoder.loading import load_encoder
@@ -48,8 +47,7 @@ def token_items(count: int, length: int, seed: int) -> list[TokenizedText]:
 
 
 def _encoder(model_dir: Path, variant: str, backend: str, device: str | None, cache: Path):
-    encoder = load_encoder(str(model_dir), device=device, **VARIANTS[variant])
-    return apply_backend(encoder, backend, cache_root=cache)
+    return load_encoder(str(model_dir), device=device, backend=backend, cache_root=cache, **VARIANTS[variant])
 
 
 def interleaved(calls: dict[str, object], *, repeats: int, warmup: int = 3) -> dict[str, dict]:
@@ -121,7 +119,7 @@ def passage_throughput(config, model_dir: Path, device: str | None, cache: Path)
         bare = bare_by_network[network]
         row = {"network": "masked LM" if network else "backbone", "bare_transformers_pps": round(bare, 3)}
         for backend in config.backends:
-            encoder = apply_backend(torch_encoder, backend, cache_root=cache) if backend != "torch" else torch_encoder
+            encoder = _encoder(model_dir, variant, backend, device, cache) if backend != "torch" else torch_encoder
             pps = _throughput(lambda: encoder.encode_tokenized(items, "passage"),
                               lambda: encoder.encode_tokenized(few, "passage"), n, batches)
             row[f"{backend}_pps"] = round(pps, 3)

@@ -25,7 +25,6 @@ import numpy as np
 from densehybrid.bench.checkpoints import write_random_checkpoint
 from densehybrid.bench.servers import free_port, stop_process
 from densehybrid.bench.timing import ratio, summarize, time_calls
-from densehybrid.encoder.backends.onnx_backend import apply_backend
 from densehybrid.encoder.base import Encoded
 from densehybrid.encoder.loading import load_encoder
 
@@ -187,8 +186,8 @@ def run(config, device: str | None) -> dict:
     texts = query_texts(config.service_requests)
     with tempfile.TemporaryDirectory(prefix="densehybrid-bench-svc-") as tmp:
         model_dir = write_random_checkpoint(Path(tmp) / "model", config.encoder_shape)
-        encoder = apply_backend(load_encoder(str(model_dir), kind=config.service_kind, device=device),
-                                config.service_backend, cache_root=Path(tmp) / "onnx")
+        encoder = load_encoder(str(model_dir), kind=config.service_kind, device=device,
+                               backend=config.service_backend, cache_root=Path(tmp) / "onnx")
         index_dir = build_index(Path(tmp), encoder, config.service_docs)
         out = {"kind": config.service_kind, "backend": config.service_backend, "docs": config.service_docs,
                "requests_per_level": len(texts), "server": "thread" if config.service_in_thread else "process",

@@ -80,10 +80,10 @@ def index_build(
     if ray_batch_size is not None and not ray:
         raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
-                           lam="auto" if auto_lambda else encoder.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
+                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
                            name=name, progress=not no_progress, fusion_method=fusion)
     try:
-        model = commands.load_model(encoder.model, encoder.load_kwargs())
+        model = commands.load_model(encoder.config, encoder.device)
         start = time.perf_counter()
         if ray:
             _ray_build(model, encoder, corpus, out, options, RayOptions(ray, ray_batch_size))
@@ -99,7 +99,7 @@ def index_build(
 
 def _ray_build(model, encoder: EncoderOptions, corpus: Path, out: Path, options: BuildOptions,
                ray_options: RayOptions) -> None:
-    with RayShardEncoder(model, encoder.model, encoder.load_kwargs(), options.batch_size, ray_options) as encode_shard:
+    with RayShardEncoder(model, encoder.config, encoder.device, options.batch_size, ray_options) as encode_shard:
         build_index(model, corpus, out, options, encode_shard=encode_shard, engine=encode_shard.record())
 
 
@@ -119,7 +119,7 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
 def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Optional[str] = None,
           collection: Optional[str] = None):
     index = _open(index_dir, milvus_uri, collection)
-    model = commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
+    model = commands.encoder_for_index(index, encoder.config, encoder.device)
     return index, model
 
 
@@ -186,7 +186,7 @@ def eval_command(
     """
     try:
         index = _open(index_dir, milvus_uri, collection)
-        model = None if bm25 else commands.encoder_for_index(index, encoder.model, encoder.load_kwargs())
+        model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device)
         search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
                              rerank=not no_rerank, device=resolve_search_device(search_device, index))
         if as_json:  # the asked-for system only, as before

@@ -13,8 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from densehybrid.encoder import zoo
+from densehybrid.encoder.choices import ROLES
 from densehybrid.encoder.errors import EncoderError
-from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.encoder_options import EncoderOptions, lambda_auto_error, with_encoder_options
+from densehybrid.cli.settings_flags import SETTINGS_FIELDS, with_flags
 from densehybrid.cli.errors import fail, sentence
 
 app = typer.Typer(help="densehybrid: serve Aggretriever, DHR and [CLS] retrievers.", no_args_is_help=True)
@@ -86,66 +88,19 @@ def models_export_onnx(
     console.print(f"{escape(exported.spec.model_id)}: ONNX graphs in {escape(str(default_cache_root()))}")
 
 
-# -- serve (issue 4) -------------------------------------------------------------
-# Each ServiceSettings field is one parameter named like the field (the encoder ones come from
-# with_encoder_options): a new setting adds one field in service/settings.py and one line here.
+# -- serve ---------------------------------------------------------------------
+# One flag per ServiceSettings field, generated from the field (cli/settings_flags.py): a new setting
+# is one field in service/settings.py.
 @app.command("serve")
-@with_encoder_options
-def serve_command(
-    encoder: EncoderOptions,
-    index: Optional[Path] = typer.Option(None, "--index", "-i", help="index directory (its manifest names the model)"),
-    milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help="serve a Milvus collection instead of --index "
-                                             "(a Milvus Lite *.db file or http://host:19530); read-only"),
-    collection: Optional[str] = typer.Option(None, "--collection", help="the Milvus collection (its manifest names the model)"),
-    milvus_timeout_s: Optional[float] = typer.Option(None, "--milvus-timeout-s", help="Milvus connect/call timeout [10]"),
-    store_check_s: Optional[float] = typer.Option(None, "--store-check-s", help="how often /ready re-checks Milvus [1]"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="encoder runtime: auto (onnx on the CPU, torch on "
-                                          "a GPU), torch or onnx [auto]"),
-    search_device: Optional[str] = typer.Option(None, "--search-device",
-                                                help="first stage + rerank: auto, cpu, cuda, cuda:N [auto]"),
-    host: Optional[str] = typer.Option(None, "--host", help="listen address [127.0.0.1]"),
-    port: Optional[int] = typer.Option(None, "--port", "-p", help="listen port [8000]"),
-    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="texts per forward [64]"),
-    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="padded tokens per forward"),
-    max_wait_ms: Optional[float] = typer.Option(None, "--max-wait-ms", help="wait to fill a batch [0]"),
-    queue_size: Optional[int] = typer.Option(None, "--queue-size", help="texts queued before 429 [1024]"),
-    retry_after_s: Optional[int] = typer.Option(None, "--retry-after-s", help="Retry-After of a 429 [1]"),
-    request_timeout_s: Optional[float] = typer.Option(None, "--request-timeout-s",
-                                                      help="longest wait for the encoder, then 503 [30]"),
-    search_threads: Optional[int] = typer.Option(None, "--search-threads", help="threads for first stage + rerank [1]"),
-    max_k: Optional[int] = typer.Option(None, "--max-k", help="largest k [1000]"),
-    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", help="largest first-stage depth [10000]"),
-    max_request_texts: Optional[int] = typer.Option(None, "--max-request-texts", help="queries/texts per request"),
-    max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="largest request body [1 MiB]"),
-    max_explain_hits: Optional[int] = typer.Option(None, "--max-explain-hits", help="queries x k with explain [100]"),
-    max_explain_terms: Optional[int] = typer.Option(None, "--max-explain-terms", help="terms per explanation [64]"),
-    max_return_text_bytes: Optional[int] = typer.Option(None, "--max-return-text-bytes",
-                                                        help="largest returned text per /search [1 MiB]"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="require 'Authorization: Bearer <key>' "
-                                          "(prefer the DENSEHYBRID_API_KEY environment variable)"),
-    allow_open: Optional[bool] = typer.Option(None, "--allow-open/--require-key",
-                                              help="serve without an API key on a non-loopback host [require-key]"),
-    cors_origins: Optional[list[str]] = typer.Option(None, "--cors-origin", help="allow a CORS origin (repeat)"),
-    log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING [INFO]"),
-    log_json: Optional[bool] = typer.Option(None, "--log-json/--log-plain", help="JSON log lines [json]"),
-    writes: Optional[bool] = typer.Option(None, "--writes/--no-writes", help="accept POST/DELETE /documents [writes]"),
-    write_api_key: Optional[str] = typer.Option(None, "--write-api-key", help="key required for writes "
-                                                "(prefer DENSEHYBRID_WRITE_API_KEY) [the API key]"),
-    write_log: Optional[Path] = typer.Option(None, "--write-log", help="write-ahead log directory [<index>.wal]"),
-    max_write_documents: Optional[int] = typer.Option(None, "--max-write-documents", help="documents per write [64]"),
-    max_document_chars: Optional[int] = typer.Option(None, "--max-document-chars", help="longest title/text [100000]"),
-    compact_after_changes: Optional[int] = typer.Option(None, "--compact-after-changes",
-                                                        help="pending changes that start a compaction [1000]"),
-    warmup: Optional[bool] = typer.Option(None, "--warmup/--no-warmup", help="warm up before /ready [warmup]"),
-) -> None:
+@with_flags(SETTINGS_FIELDS, "flags")
+def serve_command(flags: dict) -> None:
     """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
-    flags = dict(locals())  # first statement: exactly the parameters, i.e. the settings' flags
     from densehybrid.service.serve import StartupError, serve, settings_from
 
-    del flags["encoder"]
+    if flags["lam"] == "auto":
+        fail(lambda_auto_error("serve"))
     try:
-        flags.update(encoder.serve_settings())
-        settings = settings_from({**flags, "cors_origins": cors_origins or None})
+        settings = settings_from({**flags, "cors_origins": flags["cors_origins"] or None})
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         fail(f"invalid settings: {sentence(exc)}")
     try:
@@ -207,9 +162,7 @@ def _print_demo_answer(answer: dict, url: str) -> None:
 
 
 # -- encode (issue 2) -------------------------------------------------------------
-class RoleChoice(str, Enum):
-    query = "query"
-    passage = "passage"
+RoleChoice = Enum("RoleChoice", {role: role for role in ROLES}, type=str)
 
 
 @app.command("encode")

@@ -21,16 +21,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal
-
 import numpy as np
 
-Role = Literal["query", "passage"]
-ROLES: tuple[Role, ...] = ("query", "passage")
-Kind = Literal["aggretriever", "dhr", "dlr", "fusion", "cls"]
-KINDS: tuple[Kind, ...] = ("aggretriever", "dhr", "dlr", "fusion", "cls")
-GATED_KINDS: frozenset[str] = frozenset({"dhr", "dlr", "fusion"})
-SCALED_KINDS: frozenset[str] = frozenset({"dhr", "fusion"})
+from densehybrid.encoder.choices import (  # noqa: F401 - re-exported: older imports name this module
+    GATED_KINDS, KINDS, ROLES, SCALED_KINDS, Kind, Lexical, Pooling, Role,
+)
 
 
 @dataclass(frozen=True)
@@ -44,10 +39,10 @@ class EncoderSpec:
     skip_mlm: bool = False
     # how the V-dim lexical vector is made: "delade" (§2.1 term-weighted MLM),
     # "skip_mlm" (§2.2) or "splade" (§2.3); None for ``cls``
-    lexical: Literal["delade", "skip_mlm", "splade"] | None = None
+    lexical: Lexical | None = None
     agg_dim: int | None = None
     dlr_dim: int | None = None
-    pooling: Literal["cls", "mean"] | None = None
+    pooling: Pooling | None = None
     normalize: bool = False
     max_query_length: int = 32
     max_passage_length: int = 128
@@ -124,7 +119,6 @@ class Encoder(abc.ABC):
     """Texts -> :class:`Encoded` for one role, with the layout of :attr:`spec`."""
 
     spec: EncoderSpec
-    backend: str = "torch"  # the runtime of the forward; encoder.backends.onnx_backend switches it to "onnx"
 
     @abc.abstractmethod
     def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
@@ -153,3 +147,8 @@ class Encoder(abc.ABC):
     @property
     def device(self) -> str:
         return "cpu"
+
+    @property
+    def backend(self) -> str:
+        """The runtime of the forward: "torch" or "onnx" (what ``load_encoder``'s ``backend`` chose)."""
+        return "torch"

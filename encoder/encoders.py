@@ -54,6 +54,10 @@ class TransformerEncoder(Encoder):
     def device(self) -> str:
         return str(self._device)
 
+    @property
+    def backend(self) -> str:
+        return self.backbone.backend
+
     def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
         return [TokenizedText({MODEL_KEY: ids}, truncated=cut) for ids, cut in self.backbone.tokenizer(texts, role)]
 
@@ -167,6 +171,12 @@ class FusionEncoder(Encoder):
     @property
     def device(self) -> str:
         return self.lexical.device
+
+    @property
+    def backend(self) -> str:
+        """One runtime, or "onnx+torch" where ``auto`` could run only the lexical half on ONNX Runtime."""
+        halves = (self.lexical.backend, self.dense.backend)
+        return halves[0] if halves[0] == halves[1] else "+".join(halves)
 
     def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
         halves = zip(self.lexical.tokenize(texts, role), self.dense.tokenize(texts, role))

@@ -1,15 +1,16 @@
 """``load_encoder``: the one factory every command uses (index build, search, serve).
 
-Settings are decided in this order, first given wins: the caller's arguments,
-the model directory's ``densehybrid.json``, the zoo's defaults for a named model,
-the kind's defaults. ``agg_dim``/``dlr_dim`` always have a value in the signature,
-so the caller's value counts as given only when it differs from the default
-(640/768); a recorded value otherwise wins.
+Settings are decided in this order, first given wins: the caller's
+:class:`~encoder.config.EncoderConfig`, the model directory's ``densehybrid.json``,
+the zoo's defaults for a named model, the defaults in :mod:`encoder.config`.
 
 Kind defaults: lexical ``delade`` for ``aggretriever``/``dhr`` (``skip_mlm`` when
 ``skip_mlm``); for ``dlr`` ``delade`` when the directory has a term-weight head,
 else ``splade``; fusion's lexical half is ``splade``; λ = 1; max lengths 32/128
 (capped at the model's positions); pooling ``cls``, no normalisation.
+
+The runtime is chosen here too (``backend``): an ONNX encoder is built on an
+ONNX backbone from the start and keeps no torch transformer.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+
 from densehybrid.encoder import zoo
-from densehybrid.encoder.backbone import Backbone
-from densehybrid.encoder.base import GATED_KINDS, KINDS, Encoder, EncoderSpec
+from densehybrid.encoder.backbone import Backbone, TorchBackbone
+from densehybrid.encoder.base import Encoder, EncoderSpec
+from densehybrid.encoder.choices import BACKENDS, GATED_KINDS, KINDS, Backend
+from densehybrid.encoder.config import (
+    DEFAULT_AGG_DIM, DEFAULT_DLR_DIM, DEFAULT_LAMBDA, DEFAULT_MAX_PASSAGE_LENGTH, DEFAULT_MAX_QUERY_LENGTH,
+    DEFAULT_POOLING, EncoderConfig,
+)
 from densehybrid.encoder.device import pick_device
 from densehybrid.encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
 from densehybrid.encoder.errors import ModelDirError
@@ -36,33 +44,48 @@ from densehybrid.encoder.tokenization import RoleTokenizer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_AGG_DIM, DEFAULT_DLR_DIM = 640, 768
-DEFAULT_MAX_QUERY_LENGTH, DEFAULT_MAX_PASSAGE_LENGTH = 32, 128
 FUSION_LEXICAL_DIR, FUSION_DENSE_DIR = "lexical", "dense"
 
 
-def load_encoder(model: str, *, kind=None, skip_mlm=None, agg_dim=640, dlr_dim=768, lam=None, dense_model=None,
-                 pooling=None, normalize=None, device=None, max_query_length=None,
-                 max_passage_length=None) -> Encoder:
-    """Load ``model`` (zoo name, local directory or hub id) as an :class:`Encoder` of its kind."""
-    caller = ModelSettings(
-        kind=kind, skip_mlm=skip_mlm, lam=lam, dense_model=dense_model, pooling=pooling, normalize=normalize,
-        agg_dim=None if agg_dim == DEFAULT_AGG_DIM else agg_dim,
-        dlr_dim=None if dlr_dim == DEFAULT_DLR_DIM else dlr_dim,
-        max_query_length=max_query_length, max_passage_length=max_passage_length)
+@dataclasses.dataclass(frozen=True)
+class _Runtime:
+    device: torch.device
+    backend: Backend
+    cache_root: Path | None
+
+
+def load_encoder(config: EncoderConfig | str, *, backend: Backend = "torch", device: str | None = None,
+                 cache_root: str | Path | None = None, **fields) -> Encoder:
+    """Load the encoder ``config`` describes, on ``device`` (``None``: a GPU if present), run by ``backend``.
+
+    ``config`` may be a bare model id with its settings as keyword arguments
+    (``load_encoder("splade-tiny", kind="dlr")`` is ``load_encoder(EncoderConfig("splade-tiny", kind="dlr"))``).
+    ``backend``: ``"torch"``, ``"onnx"`` (ONNX Runtime; raises when it cannot run), or ``"auto"``
+    (ONNX Runtime on a CPU, falling back to torch with a warning; torch on a GPU).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if isinstance(config, str):
+        config = EncoderConfig(model=config, **fields)
+    elif fields:
+        raise TypeError(f"give settings in the EncoderConfig, not as keywords: {sorted(fields)}")
+    if not config.model:
+        raise ModelDirError("no model given (a zoo name, a local directory or a hub id)")
+    model = config.model
+    caller = ModelSettings(**{k: v for k, v in dataclasses.asdict(config).items() if k != "model"})
     model_dir = open_model_dir(locate(model))
     settings = caller.over(_recorded(model, model_dir))
     if settings.kind is None:
         raise ModelDirError(f"{model_dir.root}: no densehybrid.json records the kind; pass kind= one of {KINDS}")
-    if kind is not None and model_dir.settings.kind not in (None, kind):
-        log.info("%s: loading as kind %s (the directory records %s)", model, kind, model_dir.settings.kind)
-    torch_device = pick_device(device)
+    if config.kind is not None and model_dir.settings.kind not in (None, config.kind):
+        log.info("%s: loading as kind %s (the directory records %s)", model, config.kind, model_dir.settings.kind)
+    runtime = _Runtime(pick_device(device), backend, Path(cache_root) if cache_root is not None else None)
     if settings.kind == "fusion":
-        encoder = _load_fusion(model, model_dir, settings, torch_device)
+        encoder = _load_fusion(model, model_dir, settings, runtime)
     else:
-        encoder = _load_single(model, model_dir, settings, torch_device)
-    log.info("loaded %s: kind=%s dim=%d gated=%d lexical=%s device=%s", model, encoder.spec.kind, encoder.spec.dim,
-             encoder.spec.gated_dim, encoder.spec.lexical, encoder.device)
+        encoder = _load_single(model, model_dir, settings, runtime)
+    log.info("loaded %s: kind=%s dim=%d gated=%d lexical=%s device=%s backend=%s", model, encoder.spec.kind,
+             encoder.spec.dim, encoder.spec.gated_dim, encoder.spec.lexical, encoder.device, encoder.backend)
     return encoder
 
 
@@ -72,7 +95,7 @@ def _recorded(model_id: str, model_dir: ModelDir) -> ModelSettings:
     return model_dir.settings.over(zoo_defaults)
 
 
-def _backbone(model_dir: ModelDir, with_mlm: bool, settings: ModelSettings) -> Backbone:
+def _backbone(model_id: str, model_dir: ModelDir, with_mlm: bool, settings: ModelSettings, runtime: _Runtime) -> Backbone:
     query = load_transformer(model_dir.query_path, with_mlm=with_mlm)
     passage = query if model_dir.tied else load_transformer(model_dir.passage_path, with_mlm=with_mlm)
     max_positions = getattr(query.config, "max_position_embeddings", 512)
@@ -86,7 +109,13 @@ def _backbone(model_dir: ModelDir, with_mlm: bool, settings: ModelSettings) -> B
                         max_positions)
             lengths[role] = max_positions
     tokenizer = RoleTokenizer(load_tokenizer(model_dir.query_path), lengths)
-    return Backbone({"query": query, "passage": passage}, tokenizer, with_mlm)
+    backbone = TorchBackbone({"query": query, "passage": passage}, tokenizer, with_mlm)
+    if runtime.backend == "torch":
+        return backbone
+    from densehybrid.encoder.backends.onnx_backend import runtime_backbone
+
+    return runtime_backbone(backbone, runtime.backend, runtime.device, cache_root=runtime.cache_root,
+                            model_id=model_id)
 
 
 def _lexical_mode(kind: str, settings: ModelSettings, model_dir: ModelDir) -> str:
@@ -105,24 +134,24 @@ def _lexical_mode(kind: str, settings: ModelSettings, model_dir: ModelDir) -> st
 
 def _spec(model_id: str, settings: ModelSettings, backbone: Backbone, hash_dirs: list[Path], **fields) -> EncoderSpec:
     lengths = backbone.tokenizer.max_lengths
-    return EncoderSpec(lam=float(settings.lam) if settings.lam is not None else 1.0,
+    return EncoderSpec(lam=float(settings.lam) if settings.lam is not None else DEFAULT_LAMBDA,
                        max_query_length=lengths["query"], max_passage_length=lengths["passage"],
                        vocab_size=backbone.vocab_size, model_id=model_id, weights_hash=weights_hash(hash_dirs),
                        identity_files=identity_files(hash_dirs),
                        **fields)
 
 
-def _load_single(model_id: str, model_dir: ModelDir, settings: ModelSettings, device) -> TransformerEncoder:
+def _load_single(model_id: str, model_dir: ModelDir, settings: ModelSettings, runtime: _Runtime) -> TransformerEncoder:
     kind = settings.kind
     if kind == "cls":
         if settings.skip_mlm:
             raise ModelDirError("skip_mlm applies to kinds with a lexical part, not cls")
-        backbone = _backbone(model_dir, False, settings)
+        backbone = _backbone(model_id, model_dir, False, settings, runtime)
         spec = _spec(model_id, settings, backbone, [model_dir.root], kind="cls", dim=backbone.hidden_size,
-                     pooling=settings.pooling or "cls", normalize=bool(settings.normalize))
-        return CLSEncoder(spec, backbone, device)
+                     pooling=settings.pooling or DEFAULT_POOLING, normalize=bool(settings.normalize))
+        return CLSEncoder(spec, backbone, runtime.device)
     lexical = _lexical_mode(kind, settings, model_dir)
-    backbone = _backbone(model_dir, lexical != "skip_mlm", settings)
+    backbone = _backbone(model_id, model_dir, lexical != "skip_mlm", settings, runtime)
     hidden = backbone.hidden_size
     term_weight = None
     if lexical != "splade":
@@ -142,7 +171,7 @@ def _load_single(model_id: str, model_dir: ModelDir, settings: ModelSettings, de
                  gated_dim=dlr_dim if kind in GATED_KINDS else 0, skip_mlm=lexical == "skip_mlm", lexical=lexical,
                  agg_dim=agg_dim if kind == "aggretriever" else None,
                  dlr_dim=dlr_dim if kind in GATED_KINDS else None)
-    return ENCODER_CLASSES[kind](spec, backbone, device, term_weight=term_weight, pooler=pooler)
+    return ENCODER_CLASSES[kind](spec, backbone, runtime.device, term_weight=term_weight, pooler=pooler)
 
 
 def _fusion_half(reference: str | None, root: Path, what: str) -> tuple[str, ModelDir]:
@@ -153,7 +182,7 @@ def _fusion_half(reference: str | None, root: Path, what: str) -> tuple[str, Mod
     return (str(inside), open_model_dir(inside)) if inside.is_dir() else (reference, open_model_dir(locate(reference)))
 
 
-def _load_fusion(model_id: str, model_dir: ModelDir, settings: ModelSettings, device) -> FusionEncoder:
+def _load_fusion(model_id: str, model_dir: ModelDir, settings: ModelSettings, runtime: _Runtime) -> FusionEncoder:
     if settings.skip_mlm:
         raise ModelDirError("skip_mlm does not apply to fusion (its lexical half is SPLADE-style)")
     lexical_id, lexical_dir = model_id, model_dir
@@ -163,10 +192,10 @@ def _load_fusion(model_id: str, model_dir: ModelDir, settings: ModelSettings, de
     shared = {f: getattr(settings, f) for f in ("lam", "max_query_length", "max_passage_length")}
     lexical_settings = ModelSettings(kind="dlr", lexical=settings.lexical or "splade", dlr_dim=settings.dlr_dim,
                                      **shared)
-    lexical = _load_single(lexical_id, lexical_dir, lexical_settings, device)
+    lexical = _load_single(lexical_id, lexical_dir, lexical_settings, runtime)
     dense_settings = ModelSettings(kind="cls", pooling=settings.pooling, normalize=settings.normalize,
                                    **shared).over(_recorded(dense_id, dense_dir))
-    dense = _load_single(dense_id, dense_dir, dataclasses.replace(dense_settings, kind="cls"), device)
+    dense = _load_single(dense_id, dense_dir, dataclasses.replace(dense_settings, kind="cls"), runtime)
     spec = dataclasses.replace(
         lexical.spec, kind="fusion", dim=lexical.spec.dim + dense.spec.dim, pooling=dense.spec.pooling,
         normalize=dense.spec.normalize, model_id=model_id, dense_model_id=dense_id,
@@ -188,6 +217,9 @@ def settings_of(spec: EncoderSpec) -> ModelSettings:
 
 def _save_transformer_encoder(encoder: TransformerEncoder, path: Path) -> None:
     backbone = encoder.backbone
+    if not isinstance(backbone, TorchBackbone):
+        raise ModelDirError(f"cannot save a {encoder.spec.kind} encoder running on {backbone.backend}: its "
+                            "transformer weights are not kept (load it with backend='torch' to save it)")
     hf_tokenizer = backbone.tokenizer.hf_tokenizer
     if backbone.tied:
         save_transformer(backbone.models["query"], hf_tokenizer, path)

@@ -140,9 +140,6 @@ class ModelDir:
     def tied(self) -> bool:
         return self.query_path == self.passage_path
 
-    def checkpoint(self, role: str) -> Path:
-        return self.query_path if role == "query" else self.passage_path
-
     def head_dir(self, weights_file: str) -> Path:
         """The top level if it holds the head file, else ``query_model/`` if that does (untied layouts)."""
         if not (self.root / weights_file).is_file() and (self.query_path / weights_file).is_file():

@@ -11,36 +11,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from densehybrid.encoder.base import SCALED_KINDS, Encoder, EncoderSpec
+from densehybrid.encoder.base import SCALED_KINDS, Encoder
+from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
 from densehybrid.index.searcher import Searcher, SearchResults, resolve_method
 from densehybrid.index.store import IndexFiles, check_compatible
 
 log = logging.getLogger(__name__)
 
-def load_model(model: str, load_kwargs: dict) -> Encoder:
+def load_model(config: EncoderConfig, device: str | None = None) -> Encoder:
     """The one place the commands load a model (tests swap it for a fake encoder with a fixture)."""
     from densehybrid.encoder.loading import load_encoder
 
-    return load_encoder(model, **load_kwargs)
+    return load_encoder(config, device=device)
 
 
-def spec_load_kwargs(spec: EncoderSpec, device: str | None = None) -> dict:
-    """``load_encoder`` arguments that reload the encoder an index was built with."""
-    return {
-        "kind": spec.kind, "skip_mlm": spec.skip_mlm, "agg_dim": spec.agg_dim or 640, "dlr_dim": spec.dlr_dim or 768,
-        "lam": spec.lam, "dense_model": spec.dense_model_id, "pooling": spec.pooling, "normalize": spec.normalize,
-        "device": device, "max_query_length": spec.max_query_length, "max_passage_length": spec.max_passage_length,
-    }
-
-
-def encoder_for_index(index: IndexFiles, model: str | None = None, load_kwargs: dict | None = None) -> Encoder:
-    """The model named on the command line, else the one the manifest records; checked against the index."""
-    if model:
-        encoder = load_model(model, load_kwargs or {})
-    else:
-        device = (load_kwargs or {}).get("device")
-        encoder = load_model(index.spec.model_id, spec_load_kwargs(index.spec, device))
+def encoder_for_index(index: IndexFiles, config: EncoderConfig = EncoderConfig(), device: str | None = None) -> Encoder:
+    """The model ``config`` names (as configured there), else the one the manifest records; checked against the index."""
+    encoder = load_model(config if config.model else EncoderConfig.from_spec(index.spec), device)
     check_compatible(index.spec, encoder.spec)
     return encoder
 

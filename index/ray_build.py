@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, Encoder
+from densehybrid.encoder.config import EncoderConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,10 @@ class RayOptions:
 class _EncodeForwards:
     """A Ray Data actor: loads the model once (the plain build's load path), encodes whole forward batches."""
 
-    def __init__(self, model: str, load_kwargs: dict):
+    def __init__(self, config: EncoderConfig, device: str | None):
         from densehybrid.index import commands
 
-        self.encoder = commands.load_model(model, load_kwargs)
+        self.encoder = commands.load_model(config, device)
 
     def __call__(self, batch: dict) -> dict:
         rows, values, gates = [], [], []
@@ -61,8 +62,9 @@ class _EncodeForwards:
 class RayShardEncoder:
     """A context manager: connects to Ray on enter, shuts it down on exit; called once per shard."""
 
-    def __init__(self, encoder: Encoder, model: str, load_kwargs: dict, forward_size: int, options: RayOptions):
-        self.encoder, self.model, self.load_kwargs = encoder, model, load_kwargs
+    def __init__(self, encoder: Encoder, config: EncoderConfig, device: str | None, forward_size: int,
+                 options: RayOptions):
+        self.encoder, self.config, self.device = encoder, config, device
         self.forward_size, self.options = forward_size, options
         self.forwards_per_batch = max(1, (options.batch_size or 4 * forward_size) // forward_size)
         self.actors = 0
@@ -117,7 +119,7 @@ class RayShardEncoder:
         placement = {"num_gpus": 1} if self.use_gpus else {"num_cpus": 1}
         dataset = ray.data.from_items(items).map_batches(
             _EncodeForwards, batch_size=self.forwards_per_batch, batch_format="numpy", concurrency=self.actors,
-            fn_constructor_kwargs={"model": self.model, "load_kwargs": self.load_kwargs}, **placement)
+            fn_constructor_kwargs={"config": self.config, "device": self.device}, **placement)
         spec = self.encoder.spec
         values = np.empty((len(texts), spec.dim), dtype=np.float32)
         gates = np.empty((len(texts), spec.gated_dim), dtype=np.uint8) if spec.gated_dim else None

@@ -105,30 +105,21 @@ class StoreHealth:
 
 
 def _load_encoder(settings: ServiceSettings, index) -> Encoder:
+    from densehybrid.encoder.backends.onnx_backend import OnnxBackendError
+    from densehybrid.encoder.config import EncoderConfig
     from densehybrid.encoder.loading import load_encoder
 
-    options: dict[str, Any] = {"device": settings.device}
-    if index is not None:  # rebuild the encoder the index was built with
-        spec = index.spec
-        options.update(kind=spec.kind, skip_mlm=spec.skip_mlm, lam=spec.lam, dense_model=spec.dense_model_id,
-                       pooling=spec.pooling, normalize=spec.normalize, max_query_length=spec.max_query_length,
-                       max_passage_length=spec.max_passage_length)
-        options.update({k: v for k, v in (("agg_dim", spec.agg_dim), ("dlr_dim", spec.dlr_dim)) if v is not None})
-    options.update(settings.encoder_overrides())
-    model = settings.model or index.spec.model_id
+    config = settings.encoder_config()
+    if index is not None:  # rebuild the encoder the index was built with, then what the settings give
+        config = EncoderConfig.from_spec(index.spec).updated(config)
     try:
-        encoder = load_encoder(model, **options)
+        encoder = load_encoder(config, backend=settings.backend, device=settings.device)
+    except OnnxBackendError as exc:
+        raise StartupError(f"cannot run model {config.model!r} on {settings.backend}: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
-        raise StartupError(f"cannot load model {model!r}: {type(exc).__name__}: {exc}") from exc
-    if settings.backend != "torch":  # ONNX Runtime over the same checkpoints (issue 6); auto: on the CPU
-        from densehybrid.encoder.backends.onnx_backend import apply_backend
-
-        try:
-            encoder = apply_backend(encoder, settings.backend)
-        except Exception as exc:  # noqa: BLE001 - export/provider failures become one start-up message
-            raise StartupError(f"cannot run model {model!r} on {settings.backend}: {type(exc).__name__}: {exc}") from exc
-    log.info("model loaded", extra={"fields": {"model": model, "kind": encoder.spec.kind, "device": encoder.device,
-                                               "backend": encoder.backend}})
+        raise StartupError(f"cannot load model {config.model!r}: {type(exc).__name__}: {exc}") from exc
+    log.info("model loaded", extra={"fields": {"model": config.model, "kind": encoder.spec.kind,
+                                               "device": encoder.device, "backend": encoder.backend}})
     return encoder
 
 

@@ -12,10 +12,12 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from densehybrid.encoder.choices import Backend, Kind, Pooling
+from densehybrid.encoder.config import EncoderConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ class ServiceSettings(BaseSettings):
     collection: str | None = Field(None, description="the Milvus collection (with milvus_uri); its manifest names the model")
     milvus_timeout_s: float = Field(10.0, gt=0, description="Milvus connect and call timeout")
     store_check_s: float = Field(1.0, gt=0, description="how often /ready re-checks a remote vector store")
-    kind: str | None = Field(None, description="model kind when the model directory does not state it (no index)")
+    kind: Kind | None = Field(None, description="model kind when the model directory does not state it (no index)")
     dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
     # the rest of the encoder flags `index build` takes (None: the index's, else the model directory's)
     skip_mlm: bool | None = Field(None, description="Aggretriever 'w/o MLM': lexical part without the MLM head")
@@ -40,14 +42,14 @@ class ServiceSettings(BaseSettings):
     dlr_dim: int | None = Field(None, ge=1, description="DLR dims (dhr, dlr, fusion)")
     lam: float | None = Field(None, allow_inf_nan=False, validation_alias=AliasChoices("lam", "densehybrid_lambda"),
                               description="weight of the query's dense part (dhr, fusion)")
-    pooling: Literal["cls", "mean"] | None = Field(None, description="cls kind: [CLS] or mean pooling")
+    pooling: Pooling | None = Field(None, description="cls kind: [CLS] or mean pooling")
     normalize: bool | None = Field(None, description="cls kind: L2-normalise the pooled vector")
     max_query_length: int | None = Field(None, ge=1, description="query tokens kept")
     max_passage_length: int | None = Field(None, ge=1, description="passage tokens kept")
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1); default: a GPU if present")
     search_device: str = Field("auto", description="where the first stage and rerank run: auto (a GPU when torch sees "
                                "one and the index is exact FlatIP), cpu (Faiss), cuda (every GPU), cuda:N (one GPU)")
-    backend: Literal["auto", "torch", "onnx"] = Field(
+    backend: Backend = Field(
         "auto", description="encoder runtime: torch, onnx (ONNX Runtime, same outputs to 1e-5), or auto: onnx on the "
                             "CPU (about 2x faster there), torch on a GPU")
     host: str = Field("127.0.0.1", description="address to listen on")
@@ -148,13 +150,9 @@ class ServiceSettings(BaseSettings):
         return Limits(self.max_k, self.max_candidates, self.max_request_texts, self.max_write_documents,
                       self.max_document_chars)
 
-    def encoder_overrides(self) -> dict:
-        """The encoder options given explicitly, as ``load_encoder`` keyword arguments."""
-        return {name: getattr(self, name) for name in ENCODER_FIELDS if getattr(self, name) is not None}
-
-
-ENCODER_FIELDS = ("kind", "skip_mlm", "agg_dim", "dlr_dim", "lam", "dense_model", "pooling", "normalize",
-                  "max_query_length", "max_passage_length")
+    def encoder_config(self) -> EncoderConfig:
+        """The model and encoder settings given (``None`` where not: the index's or the model's decide)."""
+        return EncoderConfig(**{name: getattr(self, name) for name in EncoderConfig.field_names()})
 
 
 @dataclass(frozen=True)

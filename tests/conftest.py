@@ -49,10 +49,10 @@ def fake_models(monkeypatch):
 
     real_load = commands.load_model
 
-    def load(model: str, load_kwargs: dict):
-        if model.startswith(("fake:", "fake-")):
-            return FakeEncoder(model[len("fake:"):], lam=load_kwargs.get("lam") or 1.0)
-        return real_load(model, load_kwargs)
+    def load(config, device=None):
+        if config.model.startswith(("fake:", "fake-")):
+            return FakeEncoder(config.model[len("fake:"):], lam=config.lam or 1.0)
+        return real_load(config, device)
 
     monkeypatch.setattr(commands, "load_model", load)
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from densehybrid.encoder.loading import load_encoder
-from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+import pytest
+
+from densehybrid.cli.encoder_options import ENCODER_FLAGS, EncoderOptions, with_encoder_options
+from densehybrid.encoder.config import EncoderConfig
 
 
 def _app(seen: list) -> typer.Typer:
@@ -36,10 +38,11 @@ def test_flags_parse_into_options():
     assert result.exit_code == 0, result.output
     corpus, out, options = seen[0]
     assert (corpus, out) == (Path("c.jsonl"), "y")
-    assert options == EncoderOptions(model="splade-tiny", kind="fusion", skip_mlm=True, agg_dim=320, dlr_dim=256,
-                                     lam=20.0, dense_model="minilm", pooling="mean", normalize=False,
-                                     device="cpu", max_query_length=16, max_passage_length=64)
-    assert isinstance(options.kind, str) and type(options.kind) is str  # enums unwrapped
+    assert options == EncoderOptions(EncoderConfig(model="splade-tiny", kind="fusion", skip_mlm=True, agg_dim=320,
+                                                   dlr_dim=256, lam=20.0, dense_model="minilm", pooling="mean",
+                                                   normalize=False, max_query_length=16, max_passage_length=64),
+                                     device="cpu")
+    assert type(options.config.kind) is str and type(options.config.pooling) is str  # enums unwrapped
 
 
 def test_defaults_leave_the_decision_to_the_model_directory():
@@ -54,9 +57,22 @@ def test_bad_kind_is_rejected():
     assert result.exit_code != 0
 
 
-def test_options_mirror_load_encoder_signature():
-    params = inspect.signature(load_encoder).parameters
-    kwargs = EncoderOptions(model="m").load_kwargs()
-    assert set(kwargs) == set(params) - {"model"}
-    for name, value in kwargs.items():
-        assert params[name].default == value, name
+def test_lambda_auto_is_kept_apart_from_the_config():
+    seen: list = []
+    result = CliRunner().invoke(_app(seen), ["build", "c.jsonl", "--lambda", "auto"])
+    assert result.exit_code == 0, result.output
+    options = seen[0][2]
+    assert options.lambda_auto and options.config.lam is None
+    with pytest.raises(ValueError, match="give search a number"):
+        options.fixed_lambda("search")
+
+
+def test_encoder_flags_are_the_settings_fields_with_their_help():
+    from densehybrid.service.settings import ServiceSettings
+
+    command = typer.main.get_command(_app([])).commands["build"]
+    flags = {p.name: p for p in command.params if p.name in ENCODER_FLAGS}
+    assert set(flags) == set(EncoderConfig.field_names()) | {"device"}
+    for name, param in flags.items():
+        assert param.help == ServiceSettings.model_fields[name].description, name
+        assert param.default is None, name  # not given: the model directory or the index decides

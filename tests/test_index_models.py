@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import commands, gip
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.searcher import Searcher
@@ -33,7 +34,7 @@ def corpus(tmp_path):
 
 @pytest.mark.parametrize("kind", ["dhr", "dlr", "aggretriever"])
 def test_tiny_random_model_round_trip(tmp_path, corpus, tiny_bert_dir, kind):
-    encoder = commands.load_model(str(tiny_bert_dir), {"kind": kind})
+    encoder = commands.load_model(EncoderConfig(str(tiny_bert_dir), kind=kind))
     build_index(encoder, corpus, tmp_path / "ix", BuildOptions(batch_size=3, shard_size=5, progress=False))
     index = load_index(tmp_path / "ix")
     assert index.spec == encoder.spec and index.spec.kind == kind
@@ -54,7 +55,7 @@ def test_tiny_random_model_round_trip(tmp_path, corpus, tiny_bert_dir, kind):
 
 
 def build_real(tmp_path, corpus, name, model, **kwargs):
-    encoder = commands.load_model(model, kwargs)
+    encoder = commands.load_model(EncoderConfig(model, **kwargs))
     build_index(encoder, corpus, tmp_path / name, BuildOptions(batch_size=4, progress=False,
                                                                lam="auto" if kwargs.get("kind") == "fusion" else None))
     return encoder, load_index(tmp_path / name)

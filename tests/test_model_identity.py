@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from densehybrid.encoder.config import EncoderConfig
 from densehybrid.encoder.model_dir import identity_files
 from densehybrid.index import commands
 from densehybrid.index.build import BuildOptions, build_index
@@ -18,7 +19,7 @@ def model_and_index(tmp_path, tiny_bert_dir):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"passage number {i} about tides"}) + "\n"
                               for i in range(6)))
-    encoder = commands.load_model(str(model), {"kind": "dhr"})
+    encoder = commands.load_model(EncoderConfig(str(model), kind="dhr"))
     build_index(encoder, corpus, tmp_path / "ix", BuildOptions(batch_size=3, progress=False))
     return model, tmp_path / "ix"
 

@@ -15,8 +15,8 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from densehybrid.bench.checkpoints import random_masked_lm, write_random_checkpoint
 from densehybrid.encoder.backends import onnx_backend, onnx_export
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, apply_backend, providers_for, use_onnx
+from densehybrid.encoder.backbone import TorchBackbone
+from densehybrid.encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, providers_for
 from densehybrid.encoder.loading import load_encoder
 
 TEXTS = [
@@ -173,9 +173,9 @@ def test_every_kind_encodes_the_same_on_onnx(kind, options, tiny_dir, tmp_path_f
         shutil.copytree(tiny_dir, plain, ignore=shutil.ignore_patterns("TermWeightTrans*"))
         model_dir = str(plain)
     reference = load_encoder(model_dir, kind=kind, device="cpu", **options)
-    onnx = use_onnx(load_encoder(model_dir, kind=kind, device="cpu", **options),
-                    cache_root=tmp_path_factory.getbasetemp() / "onnx-cache")
-    assert isinstance(onnx.backbone, OnnxBackbone)
+    onnx = load_encoder(model_dir, kind=kind, device="cpu", backend="onnx",
+                        cache_root=tmp_path_factory.getbasetemp() / "onnx-cache", **options)
+    assert isinstance(onnx.backbone, OnnxBackbone) and onnx.backend == "onnx"
     if kind != "cls" and "skip_mlm" not in options:
         assert onnx.spec.lexical == ("splade" if model_dir != str(tiny_dir) else "delade")
     for role in ("query", "passage"):
@@ -184,25 +184,54 @@ def test_every_kind_encodes_the_same_on_onnx(kind, options, tiny_dir, tmp_path_f
 
 def test_fusion_switches_both_halves(tiny_dir, tiny_dense_dir, tmp_path):
     reference = load_encoder(str(tiny_dir), kind="fusion", dense_model=str(tiny_dense_dir), device="cpu")
-    onnx = apply_backend(load_encoder(str(tiny_dir), kind="fusion", dense_model=str(tiny_dense_dir), device="cpu"),
-                         "onnx", cache_root=tmp_path)
+    onnx = load_encoder(str(tiny_dir), kind="fusion", dense_model=str(tiny_dense_dir), device="cpu", backend="onnx",
+                        cache_root=tmp_path)
     assert isinstance(onnx.lexical.backbone, OnnxBackbone) and isinstance(onnx.dense.backbone, OnnxBackbone)
     assert_same_encoding(onnx.encode(TEXTS, "query"), reference.encode(TEXTS, "query"))
 
 
-def test_backend_switch_rejects_what_it_cannot_run(tiny_dir, tmp_path):
-    encoder = load_encoder(str(tiny_dir), kind="cls", device="cpu")
-    assert apply_backend(encoder, "torch") is encoder
+def test_backend_is_chosen_at_load_time(tiny_dir):
+    encoder = load_encoder(str(tiny_dir), kind="cls", device="cpu", backend="torch")
+    assert isinstance(encoder.backbone, TorchBackbone) and encoder.backend == "torch"
     with pytest.raises(ValueError, match="unknown backend"):
-        apply_backend(encoder, "tensorrt")
-    with pytest.raises(OnnxBackendError, match="FakeEncoder"):
-        apply_backend(FakeEncoder("dhr"), "onnx", cache_root=tmp_path)
+        load_encoder(str(tiny_dir), kind="cls", device="cpu", backend="tensorrt")
+
+
+def _reachable(root, max_objects=200_000):
+    """Every object reachable from ``root`` (classes and modules not followed)."""
+    import gc
+    import types
+
+    seen, stack = {}, [root]
+    while stack and len(seen) < max_objects:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            continue
+        seen[id(obj)] = obj
+        stack.extend(gc.get_referents(obj))
+    return seen.values()
+
+
+@pytest.mark.parametrize("kind", ["dhr", "cls"])
+def test_an_onnx_encoder_holds_no_torch_transformer(kind, tiny_dir, tmp_path):
+    from transformers import PreTrainedModel
+
+    onnx = load_encoder(str(tiny_dir), kind=kind, device="cpu", backend="onnx", cache_root=tmp_path)
+    torch_modules = [o for o in _reachable(onnx) if isinstance(o, torch.nn.Module)]
+    assert not any(isinstance(m, PreTrainedModel) for m in torch_modules)
+    # what stays in torch is the small heads (d -> 128 pooler, d -> 1 term weight), nothing else
+    heads = [h for h in (getattr(onnx, "pooler", None), getattr(onnx, "term_weight", None)) if h is not None]
+    assert {id(p) for m in torch_modules for p in m.parameters()} == {id(p) for h in heads for p in h.parameters()}
+    reference = load_encoder(str(tiny_dir), kind=kind, device="cpu")
+    assert any(isinstance(o, PreTrainedModel) for o in _reachable(reference))  # the walk does find one
+    assert_same_encoding(onnx.encode(TEXTS, "passage"), reference.encode(TEXTS, "passage"))
 
 
 @pytest.mark.realmodel
 def test_real_fusion_splade_tiny_minilm_matches(splade_tiny_dir, minilm_dir, tmp_path):
     reference = load_encoder("splade-tiny", kind="fusion", dense_model="minilm", device="cpu")
-    onnx = use_onnx(load_encoder("splade-tiny", kind="fusion", dense_model="minilm", device="cpu"), cache_root=tmp_path)
+    onnx = load_encoder("splade-tiny", kind="fusion", dense_model="minilm", device="cpu", backend="onnx",
+                        cache_root=tmp_path)
     for role in ("query", "passage"):
         got, expect = onnx.encode(TEXTS, role), reference.encode(TEXTS, role)
         assert_same_encoding(got, expect)
@@ -219,7 +248,7 @@ def test_untied_query_and_passage_models_get_their_own_graphs(tiny_dir, tmp_path
     untied_dir = save_encoder(encoder, tmp_path / "untied")
     reference = load_encoder(str(untied_dir), kind="dhr", device="cpu")
     assert not reference.backbone.tied
-    onnx = use_onnx(load_encoder(str(untied_dir), kind="dhr", device="cpu"), cache_root=tmp_path / "onnx")
+    onnx = load_encoder(str(untied_dir), kind="dhr", device="cpu", backend="onnx", cache_root=tmp_path / "onnx")
     runners = onnx.backbone.runners
     assert runners["query"].export_dir != runners["passage"].export_dir
     for role in ("query", "passage"):

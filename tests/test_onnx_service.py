@@ -46,7 +46,7 @@ def test_onnx_backend_failure_is_one_startup_message(tiny_dir, monkeypatch):
     def broken(*args, **kwargs):
         raise onnx_backend.OnnxBackendError("no provider here")
 
-    monkeypatch.setattr(onnx_backend, "use_onnx", broken)
+    monkeypatch.setattr(onnx_backend, "onnx_backbone", broken)
     with pytest.raises(StartupError, match="on onnx: OnnxBackendError: no provider here"):
         load_components(ServiceSettings(model=str(tiny_dir), kind="cls", backend="onnx", device="cpu"))
 
@@ -70,7 +70,7 @@ def test_auto_backend_falls_back_to_torch_when_the_export_fails(tiny_dir, monkey
     def broken(*args, **kwargs):
         raise onnx_backend.OnnxBackendError("no provider here")
 
-    monkeypatch.setattr(onnx_backend, "use_onnx", broken)
+    monkeypatch.setattr(onnx_backend, "onnx_backbone", broken)
     encoder, _ = load_components(ServiceSettings(model=str(tiny_dir), kind="cls", device="cpu"))
     assert encoder.backend == "torch" and not isinstance(encoder.backbone, OnnxBackbone)
     assert "serving it with torch" in caplog.text and "no provider here" in caplog.text
@@ -80,14 +80,11 @@ def test_auto_backend_keeps_torch_on_a_gpu_and_for_encoders_without_a_graph(tiny
     import torch
 
     from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.encoder.backends.onnx_backend import apply_backend, onnx_serves
+    from densehybrid.encoder.backends.onnx_backend import onnx_serves
 
-    fake = FakeEncoder("cls")
-    assert apply_backend(fake, "auto") is fake and fake.backend == "torch"
-    encoder = load_encoder(str(tiny_dir), kind="cls", device="cpu")
-    assert onnx_serves(encoder)
-    encoder._device = torch.device("cuda")  # the predicate only; nothing runs on it
-    assert not onnx_serves(encoder)
+    assert FakeEncoder("cls").backend == "torch"
+    assert onnx_serves(torch.device("cpu"))
+    assert not onnx_serves(torch.device("cuda"))  # the predicate only; nothing runs on it
 
 
 def test_models_export_onnx_fills_the_cache_a_read_only_server_needs(tiny_dir, monkeypatch, tmp_path):

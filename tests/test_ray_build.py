@@ -17,6 +17,7 @@ import torch
 
 ray = pytest.importorskip("ray", reason="Ray Data is the optional [ray] extra: pip install -e '.[ray]'")
 
+from densehybrid.encoder.config import EncoderConfig  # noqa: E402
 from densehybrid.encoder.loading import load_encoder  # noqa: E402
 from densehybrid.index.build import BuildOptions, build_index, encode_passages, passage_text, read_corpus  # noqa: E402
 from densehybrid.index.ray_build import RayOptions, RayShardEncoder  # noqa: E402
@@ -55,13 +56,13 @@ def _assert_same_index(ray_dir: Path, plain_dir: Path, encoder) -> None:
 
 
 def test_ray_build_equals_plain_build_and_resumes(splade_tiny_dir, corpus, tmp_path):
-    load_kwargs = {"kind": "dlr", "device": "cpu"}
-    encoder = load_encoder(str(splade_tiny_dir), **load_kwargs)
+    config = EncoderConfig(str(splade_tiny_dir), kind="dlr")
+    encoder = load_encoder(config, device="cpu")
     options = BuildOptions(batch_size=8, shard_size=40, progress=False)
     build_index(encoder, corpus, tmp_path / "plain", options)
 
     ray_options = RayOptions("local", batch_size=16)
-    with RayShardEncoder(encoder, str(splade_tiny_dir), load_kwargs, options.batch_size, ray_options) as encode_shard:
+    with RayShardEncoder(encoder, config, "cpu", options.batch_size, ray_options) as encode_shard:
         build_index(encoder, corpus, tmp_path / "ray", options, encode_shard=encode_shard, engine=encode_shard.record())
 
         texts = [passage_text(d) for d in read_corpus(corpus)][:50]

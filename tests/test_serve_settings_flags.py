@@ -8,6 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from densehybrid.cli.main import app
+from densehybrid.encoder.config import EncoderConfig
 from densehybrid.service.settings import ServiceSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -65,8 +66,8 @@ def test_model_flags_of_index_build_map_onto_the_settings(captured_settings):
                                       "--request-timeout-s", "9.5"])
     assert result.exit_code == 0, result.output
     (settings,) = captured_settings
-    assert settings.encoder_overrides() == {"kind": "cls", "pooling": "mean", "normalize": True, "dlr_dim": 128,
-                                            "lam": 0.5, "max_query_length": 16}
+    assert settings.encoder_config() == EncoderConfig(model="some/minilm", kind="cls", pooling="mean", normalize=True,
+                                                      dlr_dim=128, lam=0.5, max_query_length=16)
     assert (settings.model, settings.warmup, settings.retry_after_s, settings.search_threads,
             settings.request_timeout_s) == ("some/minilm", False, 3, 2, 9.5)
 

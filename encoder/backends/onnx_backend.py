@@ -1,11 +1,13 @@
 """ONNX Runtime as an encoder backend: the same checkpoints, the same §2 math, another runtime.
 
-:func:`use_onnx` exports each transformers model of a loaded encoder once (cached by
-a hash of its weights, see :mod:`encoder.backends.onnx_export`) and swaps the
-encoder's :class:`~encoder.backbone.Backbone` for :class:`OnnxBackbone`, whose
-``forward`` has the same contract but runs ONNX Runtime. Tokenization, pooling,
-heads and the §2 math stay the torch code they were, so the two backends can only
-differ by float rounding: |onnx - torch| <= 1e-5 + 1e-5·|torch| (tested on every kind).
+:func:`runtime_backbone` is where ``load_encoder`` picks the runtime. For ONNX it
+exports each transformers model once (cached by a hash of its weights, see
+:mod:`encoder.backends.onnx_export`) and returns an :class:`OnnxBackbone` in place
+of the torch one, whose modules are then dropped: only the graphs stay resident.
+The graphs cover the transformer and the MLM head; tokenization, the small heads
+(pooler, term weights) and the §2 math stay the torch code they were, so the two
+backends can only differ by float rounding: |onnx - torch| <= 1e-5 + 1e-5·|torch|
+(tested on every kind).
 
 Providers: CPU here; CUDA when ``onnxruntime-gpu`` (the ``gpu`` extra) is installed and
 the encoder's device is a GPU. The MLM head runs only on unpadded rows.
@@ -19,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from densehybrid.encoder.backbone import Backbone
-from densehybrid.encoder.base import ROLES, Encoder, Role
+from densehybrid.encoder.backbone import Backbone, TorchBackbone
+from densehybrid.encoder.choices import BACKENDS, ROLES, Backend, Role
+from densehybrid.encoder.tokenization import RoleTokenizer
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "onnx")
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
@@ -114,11 +116,24 @@ def _int64(x: torch.Tensor) -> np.ndarray:
 
 
 class OnnxBackbone(Backbone):
-    """A :class:`Backbone` whose forward runs ONNX Runtime; models and tokenizer kept for saving and config."""
+    """A :class:`Backbone` whose forward runs ONNX Runtime sessions; no torch transformer is kept."""
 
-    def __init__(self, torch_backbone: Backbone, runners: dict[Role, OnnxModel]):
-        super().__init__(torch_backbone.models, torch_backbone.tokenizer, torch_backbone.with_mlm)
-        self.runners = runners
+    backend = "onnx"
+
+    def __init__(self, runners: dict[Role, OnnxModel], tokenizer: RoleTokenizer, with_mlm: bool):
+        self.runners, self.tokenizer, self.with_mlm = runners, tokenizer, with_mlm
+
+    @property
+    def tied(self) -> bool:
+        return self.runners["query"] is self.runners["passage"]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.runners["query"].hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.runners["query"].vocab_size
 
     def forward(self, input_ids: torch.Tensor, mask: torch.Tensor, role: Role) -> tuple[torch.Tensor, torch.Tensor | None]:
         runner = self.runners[role]
@@ -128,16 +143,18 @@ class OnnxBackbone(Backbone):
         return hidden.to(device), None if logits is None else logits.to(device)
 
 
-def _onnx_backbone(backbone: Backbone, device: str, cache_root: Path) -> OnnxBackbone:
+def onnx_backbone(backbone: TorchBackbone, device: torch.device, cache_root: Path) -> OnnxBackbone:
+    """Export (or find in the cache) each model of ``backbone``; the result shares none of its torch modules."""
     from densehybrid.encoder.backends.onnx_export import ensure_exported
 
     by_model: dict[int, OnnxModel] = {}
     for role in ROLES:  # a tied backbone shares one module, hence one export and one session
         model = backbone.models[role]
         if id(model) not in by_model:
-            by_model[id(model)] = OnnxModel(ensure_exported(model.cpu(), cache_root), device=device)
-            model.to(device)
-    return OnnxBackbone(backbone, {role: by_model[id(backbone.models[role])] for role in ROLES})
+            by_model[id(model)] = OnnxModel(ensure_exported(model.cpu(), cache_root), device=str(device))
+    runners = {role: by_model[id(backbone.models[role])] for role in ROLES}
+    log.info("running on ONNX Runtime (%s)", ", ".join(runners["query"].providers))
+    return OnnxBackbone(runners, backbone.tokenizer, backbone.with_mlm)
 
 
 def default_cache_root() -> Path:
@@ -146,35 +163,13 @@ def default_cache_root() -> Path:
     return cache_dir() / "onnx"
 
 
-def use_onnx(encoder: Encoder, *, cache_root: str | Path | None = None) -> Encoder:
-    """Switch a loaded transformers encoder (every kind, fusion's two halves too) to ONNX Runtime, in place."""
-    from densehybrid.encoder.encoders import FusionEncoder, TransformerEncoder
-
-    root = Path(cache_root) if cache_root is not None else default_cache_root()
-    if isinstance(encoder, FusionEncoder):
-        use_onnx(encoder.lexical, cache_root=root)
-        use_onnx(encoder.dense, cache_root=root)
-        encoder.backend = "onnx"
-        return encoder
-    if not isinstance(encoder, TransformerEncoder):
-        raise OnnxBackendError(f"the onnx backend runs transformers encoders, not {type(encoder).__name__}")
-    if not isinstance(encoder.backbone, OnnxBackbone):
-        encoder.backbone = _onnx_backbone(encoder.backbone, encoder.device, root)
-        log.info("encoder %s runs on ONNX Runtime (%s)", encoder.spec.model_id,
-                 ", ".join(encoder.backbone.runners["query"].providers))
-    encoder.backend = "onnx"
-    return encoder
-
-
-def onnx_serves(encoder: Encoder) -> bool:
-    """Whether ``auto`` picks ONNX Runtime: a transformers encoder on the CPU with onnxruntime installed.
+def onnx_serves(device: torch.device) -> bool:
+    """Whether ``auto`` picks ONNX Runtime: a CPU device with onnxruntime installed.
 
     On the CPU it runs the same graphs about twice as fast as torch eager (MiniLM, 2 threads: 3.9 vs
-    8.0 ms for one query, 109 vs 222 ms for 32 x 48 tokens; README, issue 18); on a GPU torch is the
-    backend (README, "Backends on a GPU")."""
-    from densehybrid.encoder.encoders import FusionEncoder, TransformerEncoder
-
-    if not isinstance(encoder, (TransformerEncoder, FusionEncoder)) or not encoder.device.startswith("cpu"):
+    8.0 ms for one query, 109 vs 222 ms for 32 x 48 tokens; README); on a GPU torch is the backend
+    (README, "Backends on a GPU")."""
+    if device.type != "cpu":
         return False
     try:
         _ort()
@@ -183,21 +178,21 @@ def onnx_serves(encoder: Encoder) -> bool:
     return True
 
 
-def apply_backend(encoder: Encoder, backend: str, *, cache_root: str | Path | None = None) -> Encoder:
-    """The backend switch used by the service and the benchmarks: ``"torch"`` (as loaded), ``"onnx"``, or
+def runtime_backbone(backbone: TorchBackbone, backend: Backend, device: torch.device, *,
+                     cache_root: str | Path | None = None, model_id: str = "") -> Backbone:
+    """The backbone a freshly loaded torch ``backbone`` runs as: ``"torch"`` (itself), ``"onnx"``, or
     ``"auto"``: ONNX Runtime where :func:`onnx_serves`, falling back to torch (with a warning) when the
     export fails, since both give the same vectors."""
-    if backend == "auto":
-        if not onnx_serves(encoder):
-            return encoder
-        try:
-            return use_onnx(encoder, cache_root=cache_root)
-        except Exception as exc:  # noqa: BLE001 - any export/session failure: torch serves the same vectors
-            log.warning("ONNX Runtime cannot run %s (%s: %s); serving it with torch", encoder.spec.model_id,
-                        type(exc).__name__, exc)
-            return encoder
-    if backend == "torch":
-        return encoder
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
     if backend == "onnx":
-        return use_onnx(encoder, cache_root=cache_root)
-    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        return onnx_backbone(backbone, device, root)
+    if backend == "auto" and onnx_serves(device):
+        try:
+            return onnx_backbone(backbone, device, root)
+        except Exception as exc:  # noqa: BLE001 - any export/session failure: torch serves the same vectors
+            log.warning("ONNX Runtime cannot run %s (%s: %s); serving it with torch", model_id,
+                        type(exc).__name__, exc)
+            backbone.to(device)
+    return backbone

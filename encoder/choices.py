@@ -1,0 +1,25 @@
+"""The closed sets of names the encoder layer accepts, each written once.
+
+Everything above this layer (index manifests, service settings, CLI choices)
+imports them from here, so a new kind or pooling is one line.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Role = Literal["query", "passage"]
+Kind = Literal["aggretriever", "dhr", "dlr", "fusion", "cls"]
+# how the V-dim lexical vector is made: term-weighted MLM, the skip-MLM fast path, or SPLADE-style
+Lexical = Literal["delade", "skip_mlm", "splade"]
+Pooling = Literal["cls", "mean"]
+# the runtime of the transformer forward; "auto" is ONNX Runtime on a CPU, torch elsewhere
+Backend = Literal["auto", "torch", "onnx"]
+
+ROLES: tuple[Role, ...] = get_args(Role)
+KINDS: tuple[Kind, ...] = get_args(Kind)
+LEXICALS: tuple[Lexical, ...] = get_args(Lexical)
+POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+GATED_KINDS: frozenset[str] = frozenset({"dhr", "dlr", "fusion"})
+SCALED_KINDS: frozenset[str] = frozenset({"dhr", "fusion"})
