@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from densehybrid.encoder import representations as R
 from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec, Role
+from densehybrid.encoder.batches import encode_all
 
 
 def read_texts(source: str) -> list[str]:
@@ -23,10 +24,9 @@ def read_texts(source: str) -> list[str]:
 
 
 def encode_texts(encoder: Encoder, texts: list[str], role: Role, batch_size: int) -> Encoded:
-    parts = [encoder.encode(texts[i: i + batch_size], role)
-             for i in tqdm(range(0, len(texts), batch_size), desc=f"encode {role}", unit="batch",
-                           disable=len(texts) <= batch_size, file=sys.stderr)]
-    return Encoded.concat(parts) if parts else encoder.encode([], role)
+    with tqdm(total=len(texts), desc=f"encode {role}", unit="text", disable=len(texts) <= batch_size,
+              file=sys.stderr) as bar:
+        return encode_all(encoder, texts, role, batch_size, progress=bar.update)
 
 
 def write_npz(path: Path, encoded: Encoded, spec: EncoderSpec) -> None:

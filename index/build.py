@@ -19,6 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
+from densehybrid.encoder.batches import encode_all
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index import flat, fusion, lambda_auto, shards, store
 from densehybrid.index.jsonl import read_jsonl
@@ -61,15 +62,7 @@ def passage_text(doc: Document) -> str:
 def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int,
                     on_batch: Callable[[int], object] = lambda n: None) -> Encoded:
     """Encode in length-sorted batches, returned in input order; ``on_batch(size)`` after each batch."""
-    tokenized = encoder.tokenize(texts, "passage")
-    order = sorted(range(len(texts)), key=lambda i: (tokenized[i].length, i))
-    parts = []
-    for s in range(0, len(order), batch_size):
-        parts.append(encoder.encode_tokenized([tokenized[i] for i in order[s:s + batch_size]], "passage"))
-        on_batch(len(parts[-1]))
-    encoded = Encoded.concat(parts)
-    inverse = np.argsort(np.asarray(order))
-    return encoded[inverse]
+    return encode_all(encoder, texts, "passage", batch_size, by_length=True, progress=on_batch)
 
 
 def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:

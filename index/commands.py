@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoder
+from densehybrid.encoder.batches import encode_in_batches
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
 from densehybrid.index.searcher import Searcher, SearchResults, resolve_method
@@ -43,11 +44,14 @@ def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], *, batc
     """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
     ids, scores, rows = [], [], []
     timing = {"encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0}
-    for s in range(0, len(texts), batch_size):
+    batches = encode_in_batches(encoder, texts, "query", batch_size)
+    while True:
         start = time.perf_counter()
-        encoded = encoder.encode(texts[s:s + batch_size], "query")
+        batch = next(batches, None)
         timing["encode_ms"] += (time.perf_counter() - start) * 1000
-        found = searcher.search(encoded, **search_kwargs)
+        if batch is None:
+            break
+        found = searcher.search(batch.encoded, **search_kwargs)
         ids += found.ids
         scores += found.scores
         rows += found.rows

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, Encoder
+from densehybrid.encoder.batches import encode_in_batches, plan_batches
 from densehybrid.encoder.config import EncoderConfig
 
 log = logging.getLogger(__name__)
@@ -45,17 +46,15 @@ class _EncodeForwards:
         self.encoder = commands.load_model(config, device)
 
     def __call__(self, batch: dict) -> dict:
-        rows, values, gates = [], [], []
-        for positions, texts in zip(batch["rows"], batch["texts"]):
-            tokenized = self.encoder.tokenize([str(t) for t in texts], "passage")
-            encoded = self.encoder.encode_tokenized(tokenized, "passage")
-            rows.append(np.asarray(positions, dtype=np.int64))
-            values.append(encoded.values)
-            if encoded.gates is not None:
-                gates.append(encoded.gates)
-        out = {"row": np.concatenate(rows), "values": np.concatenate(values).astype(np.float32)}
-        if gates:
-            out["gates"] = np.concatenate(gates).astype(np.uint8)
+        positions = np.concatenate([np.asarray(p, dtype=np.int64) for p in batch["rows"]])
+        texts = [str(t) for texts in batch["texts"] for t in texts]
+        sizes = np.cumsum([0, *(len(p) for p in batch["rows"])])
+        plan = [range(start, end) for start, end in zip(sizes[:-1], sizes[1:])]  # the driver's forwards, as given
+        done = list(encode_in_batches(self.encoder, texts, "passage", plan=plan))
+        encoded = Encoded.concat([b.encoded for b in done])
+        out = {"row": positions[np.concatenate([b.rows for b in done])], "values": encoded.values.astype(np.float32)}
+        if encoded.gates is not None:
+            out["gates"] = encoded.gates.astype(np.uint8)
         return out
 
 
@@ -113,8 +112,7 @@ class RayShardEncoder:
         import ray
 
         tokenized = self.encoder.tokenize(texts, "passage")
-        order = sorted(range(len(texts)), key=lambda i: (tokenized[i].length, i))
-        forwards = [order[s:s + self.forward_size] for s in range(0, len(order), self.forward_size)]
+        forwards = plan_batches([t.length for t in tokenized], self.forward_size, by_length=True)
         items = [{"rows": rows, "texts": [texts[i] for i in rows]} for rows in forwards]
         placement = {"num_gpus": 1} if self.use_gpus else {"num_cpus": 1}
         dataset = ray.data.from_items(items).map_batches(
