@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from densehybrid.bench.checkpoints import write_random_checkpoint
+from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 from densehybrid.bench.timing import ratio, summarize
 from densehybrid.encoder.base import TokenizedText
 from densehybrid.encoder.encoders import MODEL_KEY

@@ -40,6 +40,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from densehybrid.bench.servers import stop_process
+from densehybrid.bench.timing import percentile
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +93,16 @@ class Phase:
             "answered_rps": round(self.statuses[200] / self.seconds, 1),
             "statuses": dict(sorted(self.statuses.items(), key=str)),
             "shed_fraction": round(self.statuses[429] / total, 4) if total else 0.0,
-            "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
+            "p50_ms": percentile_ms(lat, 50), "p95_ms": percentile_ms(lat, 95), "p99_ms": percentile_ms(lat, 99),
             "retry_after_missing": self.retry_after_missing, "max_queue_depth": self.max_queue_depth,
             "server": self.server,
         }
 
 
-def percentile(sorted_values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of an ascending list (None when empty)."""
-    if not sorted_values:
-        return None
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return round(sorted_values[int(rank) - 1], 2)
+def percentile_ms(values: list[float], q: float) -> float | None:
+    """The nearest-rank percentile, to 0.01 ms, for the report."""
+    value = percentile(values, q)
+    return None if value is None else round(value, 2)
 
 
 def queries(seed: int) -> Iterator[dict]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from densehybrid.bench.checkpoints import write_random_checkpoint
+from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 from densehybrid.bench.servers import free_port, stop_process
 from densehybrid.bench.timing import ratio, summarize, time_calls
 from densehybrid.encoder.base import Encoded

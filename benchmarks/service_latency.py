@@ -23,6 +23,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from densehybrid.bench.servers import ServerNotReady, free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.timing import percentile
 
 QUERIES = ["parse command line arguments", "read a csv file", "send an email message", "compress data with zlib",
            "regular expression matching", "start a thread pool", "format a date and time", "open a network socket",
@@ -93,7 +94,7 @@ def main() -> None:
                 elapsed = time.perf_counter() - start
                 after = batch_sizes(url)
                 forwards, texts = after[0] - before[0], after[1] - before[1]
-                p50, p95, p99 = np.percentile(lat, [50, 95, 99])
+                p50, p95, p99 = (percentile(lat, q) for q in (50, 95, 99))
                 print(f"{route:8} {concurrency:>4} {len(lat):>5} {p50:>8.1f} {p95:>8.1f} {p99:>8.1f} "
                       f"{len(lat) / elapsed:>7.1f} {forwards:>8.0f} {texts / max(forwards, 1):>10.2f} {after[2]:>12}")
     finally:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -24,10 +25,20 @@ class Timing:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
+    """Nearest-rank percentile: the smallest sample with at least ``q`` % of the samples at or below it
+    (a latency someone really saw, never an interpolation); None when there are no samples."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    if ordered.size == 0:
+        return None
+    rank = max(1, math.ceil(ordered.size * q / 100))
+    return float(ordered[rank - 1])
+
+
 def summarize(samples_ms: list[float] | np.ndarray) -> Timing:
     s = np.asarray(samples_ms, dtype=np.float64)
-    p50, p95, p99 = np.percentile(s, [50, 95, 99])
-    return Timing(float(p50), float(p95), float(p99), float(s.mean()), float(s.min()), int(s.size))
+    p50, p95, p99 = (percentile(s, q) for q in (50, 95, 99))
+    return Timing(p50, p95, p99, float(s.mean()), float(s.min()), int(s.size))
 
 
 def time_calls(fn: Callable[[], object], *, repeats: int, warmup: int = 2) -> Timing:

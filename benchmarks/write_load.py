@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from densehybrid.bench.load import percentile, queries
+from densehybrid.bench.load import percentile_ms, queries
 from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 
 
@@ -87,7 +87,7 @@ def _phase(url: str, readers: int, seconds: float, write_batch: int | None) -> d
     for t in threads:
         t.join()
     lat = sorted(latencies)
-    return {"search_p50_ms": percentile(lat, 50), "search_p99_ms": percentile(lat, 99),
+    return {"search_p50_ms": percentile_ms(lat, 50), "search_p99_ms": percentile_ms(lat, 99),
             "searches_per_s": round(len(lat) / seconds, 1), "search_statuses": dict(reads),
             "write_statuses": dict(writes)}
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from torch import nn
 
 from densehybrid.encoder import zoo
-from densehybrid.encoder.base import KINDS
+from densehybrid.encoder.choices import KINDS, Kind, Lexical, Pooling
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.errors import ModelDirError
 
@@ -51,13 +51,13 @@ _IGNORABLE_UNUSED = ("cls.", "lm_head.", "vocab_", "pooler.", "embeddings.positi
 class ModelSettings:
     """The content of ``densehybrid.json``; ``None`` means "not recorded"."""
 
-    kind: str | None = None
-    lexical: str | None = None  # "delade" | "skip_mlm" | "splade"
+    kind: Kind | None = None
+    lexical: Lexical | None = None
     skip_mlm: bool | None = None
     agg_dim: int | None = None
     dlr_dim: int | None = None
     lam: float | None = None
-    pooling: str | None = None  # "cls" | "mean"
+    pooling: Pooling | None = None
     normalize: bool | None = None
     max_query_length: int | None = None
     max_passage_length: int | None = None

@@ -8,7 +8,8 @@ stays flat over the soak.
 
 import pytest
 
-from densehybrid.bench.load import FakeServerConfig, LoadConfig, percentile, rss_drift, run_load, server_quantiles
+from densehybrid.bench.load import FakeServerConfig, LoadConfig, rss_drift, run_load, server_quantiles
+from densehybrid.bench.timing import percentile, summarize
 
 SERVER = FakeServerConfig()
 ENCODER_CEILING_RPS = SERVER.max_batch_size / ((SERVER.base_ms + SERVER.per_text_ms * SERVER.max_batch_size) / 1000)
@@ -18,6 +19,13 @@ def test_percentile_is_nearest_rank():
     values = sorted(float(v) for v in range(1, 101))
     assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
     assert percentile([7.0], 99) == 7.0 and percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0  # unsorted input is fine
+
+
+def test_benchmark_summaries_use_the_same_percentile():
+    samples = [float(v) for v in range(100, 0, -1)]
+    timing = summarize(samples)
+    assert (timing.p50, timing.p95, timing.p99) == (percentile(samples, 50), percentile(samples, 95), 99.0)
 
 
 def test_rss_drift_compares_the_end_with_the_first_third():

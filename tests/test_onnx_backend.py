@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
-from densehybrid.bench.checkpoints import random_masked_lm, write_random_checkpoint
+from densehybrid.encoder.random_checkpoint import random_masked_lm, write_random_checkpoint
 from densehybrid.encoder.backends import onnx_backend, onnx_export
 from densehybrid.encoder.backbone import TorchBackbone
 from densehybrid.encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, providers_for

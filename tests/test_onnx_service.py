@@ -4,7 +4,7 @@ import httpx
 import numpy as np
 import pytest
 
-from densehybrid.bench.checkpoints import write_random_checkpoint
+from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 from densehybrid.encoder.backends.onnx_backend import OnnxBackbone
 from densehybrid.encoder.loading import load_encoder
 from densehybrid.service.app import create_app
