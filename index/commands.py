@@ -13,8 +13,9 @@ from pathlib import Path
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoder, EncoderSpec
 from densehybrid.index import evaluate
+from densehybrid.index.files import check_compatible
+from densehybrid.index.local import IndexFiles
 from densehybrid.index.searcher import Searcher, SearchResults, resolve_method
-from densehybrid.index.store import IndexFiles, check_compatible
 
 log = logging.getLogger(__name__)
 
