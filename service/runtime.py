@@ -84,10 +84,11 @@ def _open_collection(settings: ServiceSettings):
 
 
 class StoreHealth:
-    """Whether a remote vector store answers, checked at most every ``interval_s`` (local indexes: always)."""
+    """Whether the served index answers (``index.healthy()``: a local one always does, a Milvus
+    collection when its server does), checked at most every ``interval_s``."""
 
     def __init__(self, index, interval_s: float):
-        self._check = getattr(index, "healthy", None)
+        self._check = index.healthy if index is not None else None
         self.interval_s = interval_s
         self._ok, self._checked = True, float("-inf")
         self._lock = threading.Lock()
