@@ -12,7 +12,7 @@ import numpy as np
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index.documents import DocTable, Document
 from densehybrid.index.engines import faiss_engine
-from densehybrid.index.engines.torch_engine import TorchStore
+from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.served import ManifestView, SearchResults, StoredIndex
 from densehybrid.index.vector_store import VectorStore
@@ -66,7 +66,8 @@ class IndexFiles(ManifestView, StoredIndex):
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
             return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
-        return TorchStore(self.values, self.gates, self.doc_ids, device, float16=on_gpu if float16 is None else float16)
+        half = on_gpu if float16 is None else float16
+        return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)
 
     def search(self, queries: Encoded, **params) -> SearchResults:
         """A CPU search (for scripts and tests; a server builds its own searcher for its search device)."""

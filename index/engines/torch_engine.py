@@ -141,16 +141,16 @@ class TorchFlatIndex:
 
 
 class TorchStore(HostRows, VectorStore):
-    """A local index resident on torch ``device`` (``cuda`` = every GPU, rows split between them).
+    """A local index resident on torch ``devices`` (several entries split the rows; see :func:`search_devices`).
 
     values (N, dim) float16 (a memory map), gates (N, G) uint8 or None, ids in row order;
     ``float16`` stores the rows as float16 on the devices (use float32 on the CPU).
     """
 
-    def __init__(self, values: np.ndarray, gates: np.ndarray | None, doc_ids: Sequence[str], device: str, *,
-                 float16: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+    def __init__(self, values: np.ndarray, gates: np.ndarray | None, doc_ids: Sequence[str],
+                 devices: Sequence[str | torch.device], *, float16: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS):
         super().__init__(values, gates, doc_ids)
-        self.resident = TorchFlatIndex(values, gates, search_devices(device), chunk_rows=chunk_rows,
+        self.resident = TorchFlatIndex(values, gates, devices, chunk_rows=chunk_rows,
                                        dtype=torch.float16 if float16 else torch.float32)
 
     def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
