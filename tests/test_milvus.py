@@ -103,6 +103,25 @@ def test_collection_carries_manifest_texts_and_rows(toy, collection):
         Searcher(collection).search(FakeEncoder("dhr").encode(["x"], "query"), first_stage="approx_gip")
 
 
+def test_collection_implements_the_served_index_and_its_store_the_vector_store(collection):
+    from densehybrid.index.live import LiveIndex
+    from densehybrid.index.served import ServedIndex, StoredIndex
+    from densehybrid.index.vector_store import VectorStore
+    from test_served import assert_implements
+
+    assert_implements(collection, StoredIndex)
+    assert_implements(collection.vector_store("cpu"), VectorStore)
+    live = LiveIndex(collection, Searcher)
+    assert_implements(live, ServedIndex)
+    assert live.remote and not live.writable and live.healthy()
+    switch = _Switchable(collection.store.client)
+    collection.store.client, switch.down = switch, True
+    try:
+        assert not collection.healthy() and not live.healthy()
+    finally:
+        collection.store.client = switch._client
+
+
 class _FailingUpserts:
     """A client whose row upserts fail after ``ok`` calls: an export killed part way."""
 
