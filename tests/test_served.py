@@ -135,3 +135,15 @@ def test_torch_part_scores_equal_the_faiss_stores_over_two_devices_and_small_chu
     valid = rows >= 0
     for got, want in zip(torch_parts, faiss_parts):
         np.testing.assert_allclose(got[valid], want[valid], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["zscore", "minmax"])
+def test_gpu_normalised_fusion_matches_the_cpu(tmp_path, method):
+    index = make_index(tmp_path, "fusion", n=2000)
+    queries = queries_for(index, 8)
+    params = {"k": 10, "candidates": index.count, "method": method}  # K1 = N: the same candidates on both
+    cpu = Searcher(index).search(queries, **params)
+    gpu = Searcher(index, device="cuda", float16=False).search(queries, **params)
+    assert gpu.rows == cpu.rows
+    np.testing.assert_allclose(gpu.scores, cpu.scores, rtol=1e-4, atol=1e-4)
