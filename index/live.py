@@ -29,6 +29,7 @@ from densehybrid.index.wal import Change, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class _State:
     base: StoredIndex
