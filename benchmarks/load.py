@@ -304,10 +304,10 @@ def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120)
 def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
     """Child process: build (or reuse) a toy index, serve it on 127.0.0.1:0, print the URL once ready."""
     from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.index.store import load_index
+    from densehybrid.bench.servers import LiveServer, build_toy_index
+    from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
-    from densehybrid.bench.servers import LiveServer, build_toy_index
 
     class DeviceLikeEncoder(FakeEncoder):
         """Forward time grows with the batch, like a real model; the sleep releases the GIL like a GPU call."""

@@ -15,8 +15,8 @@ import json
 import time
 
 from densehybrid.index import commands, evaluate, milvus
+from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
-from densehybrid.index.store import load_index
 
 
 def parity(index_dir: str, queries_path: str, qrels_path: str, uri: str, collection: str, candidates: int) -> dict:

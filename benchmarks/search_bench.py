@@ -15,7 +15,8 @@ import numpy as np
 
 from densehybrid.bench.memory import available_bytes
 from densehybrid.bench.timing import ratio, time_calls
-from densehybrid.index import flat, gip
+from densehybrid.index import gip
+from densehybrid.index.engines import faiss_engine
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,8 @@ def first_stage(config, device: str, bandwidth: dict) -> dict:
     xq = np.random.default_rng(3).standard_normal((config.batch_size, dim), dtype=np.float32)
     out = {"rows": rows, "dim": dim, "requested_rows": config.first_stage_rows, "bytes": rows * dim * 4,
            "faiss_device": "cpu"}
-    one = time_calls(lambda: flat.search(index, xq[:1], config.depth), repeats=config.first_stage_repeats)
-    with flat.omp_threads(2):
+    one = time_calls(lambda: faiss_engine.search(index, xq[:1], config.depth), repeats=config.first_stage_repeats)
+    with faiss_engine.omp_threads(2):
         two = time_calls(lambda: index.search(xq[:1], config.depth), repeats=max(3, config.first_stage_repeats // 2))
     out["batch1_ms_1_thread"] = one.to_dict()
     out["batch1_ms_2_threads"] = two.to_dict()
@@ -79,9 +80,9 @@ def first_stage(config, device: str, bandwidth: dict) -> dict:
     out["batch1_scan_fraction_of_2_thread_bandwidth"] = ratio(scanned / 1e9, bandwidth.get("read_gbps_2_threads", 0))
     before = faiss.cvar.distance_compute_blas_threshold
     try:
-        for label, threshold in (("faiss_default", before), ("blas_tuned", flat.BATCHED_BLAS_THRESHOLD)):
+        for label, threshold in (("faiss_default", before), ("blas_tuned", faiss_engine.BATCHED_BLAS_THRESHOLD)):
             faiss.cvar.distance_compute_blas_threshold = threshold
-            batch = time_calls(lambda: flat.search(index, xq, config.depth), repeats=2, warmup=1)
+            batch = time_calls(lambda: faiss_engine.search(index, xq, config.depth), repeats=2, warmup=1)
             out[f"batch{config.batch_size}_{label}_qps"] = round(config.batch_size * 1000.0 / batch.p50, 2)
     finally:
         faiss.cvar.distance_compute_blas_threshold = before
@@ -103,7 +104,7 @@ def rerank_and_approx(config, first_stage_ms: float) -> dict:
     ip_index = faiss.IndexFlatIP(values.shape[1])
     for s in range(0, n, CHUNK):
         ip_index.add(values[s:min(n, s + CHUNK)].astype(np.float32))
-    ip = time_calls(lambda: flat.search(ip_index, xq, config.depth), repeats=config.approx_repeats)
+    ip = time_calls(lambda: faiss_engine.search(ip_index, xq, config.depth), repeats=config.approx_repeats)
     approx = time_calls(lambda: gip.approx_topk(xq, gq, values[:n], gates[:n], 0.1, config.depth),
                         repeats=config.approx_repeats, warmup=1)
     approx_section = {"rows": n, "dim": int(values.shape[1]), "theta": 0.1, "ip_ms": ip.to_dict(),
@@ -125,7 +126,7 @@ def torch_first_stage(config, device: str, bandwidth: dict) -> dict:
     """The exact torch first stage (the GPU path) at the same size, and its GIP rerank of K1 candidates."""
     import torch
 
-    from densehybrid.index.device_search import TorchFlatIndex, search_devices
+    from densehybrid.index.engines.torch_engine import TorchFlatIndex, search_devices
 
     on_gpu = device.startswith("cuda")
     dtype = torch.float16 if on_gpu else torch.float32

@@ -49,7 +49,7 @@ def query_texts(count: int, seed: int = 0) -> list[str]:
 def build_index(root: Path, encoder, docs: int) -> Path:
     """An index of seeded random rows in the encoder's layout (search cost depends on sizes only)."""
     from densehybrid.index.build import build_from_arrays
-    from densehybrid.index.store import Document
+    from densehybrid.index.documents import Document
 
     spec = encoder.spec
     rng = np.random.default_rng(5)
@@ -60,8 +60,8 @@ def build_index(root: Path, encoder, docs: int) -> Path:
 
 
 def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict:
+    from densehybrid.index.files import load_index
     from densehybrid.index.searcher import Searcher
-    from densehybrid.index.store import load_index
 
     searcher = Searcher(load_index(index_dir))
     cycle = iter(range(1 << 30))
@@ -136,9 +136,9 @@ def noop_floor(config, texts: list[str]) -> dict:
 
 @contextlib.contextmanager
 def server_thread(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None):
+    from densehybrid.bench.servers import LiveServer
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
-    from densehybrid.bench.servers import LiveServer
 
     settings = ServiceSettings(index=index_dir, backend=backend, device=device, port=0, log_level="WARNING",
                                max_batch_size=batching["max_batch_size"], max_wait_ms=batching["max_wait_ms"])

@@ -33,10 +33,11 @@ def demo_dir() -> Path:
 
 def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     """Models fetched, corpus written and index built (or reused); returns the index directory."""
+    from densehybrid.cli.demo_corpus import write_stdlib_corpus
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.build import BuildOptions, build_index
-    from densehybrid.index.store import IndexStoreError, load_index
-    from densehybrid.cli.demo_corpus import write_stdlib_corpus
+    from densehybrid.index.errors import IndexAccessError
+    from densehybrid.index.files import load_index
 
     for name in (LEXICAL_MODEL, DENSE_MODEL):
         zoo.fetch(name)
@@ -46,7 +47,7 @@ def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
             load_index(index_dir, checksums=False)  # the server verifies checksums when it loads it
             log.info("reusing the demo index at %s", index_dir)
             return index_dir
-        except IndexStoreError as exc:
+        except IndexAccessError as exc:
             log.warning("rebuilding the demo index: %s", exc)
     corpus = directory / "corpus.jsonl"
     count = write_stdlib_corpus(corpus, passages)

@@ -16,23 +16,25 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from densehybrid.encoder.errors import EncoderError
-from densehybrid.index import commands, flat
-from densehybrid.index.fusion import DEFAULT_METHOD, FUSION_METHODS
-from densehybrid.index.build import BuildOptions, build_index
-from densehybrid.index.evaluate import EvalInputError
-from densehybrid.index.ray_build import RayBuildError, RayOptions, RayShardEncoder
-from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
-from densehybrid.index.store import IndexStoreError, load_index
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
+from densehybrid.encoder.errors import EncoderError
+from densehybrid.index import commands
+from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.errors import IndexAccessError
+from densehybrid.index.evaluate import EvalInputError
+from densehybrid.index.files import load_index
+from densehybrid.index.fusion import DEFAULT_METHOD, FUSION_METHODS
+from densehybrid.index.ray_build import RayBuildError, RayOptions, RayShardEncoder
+from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 
 log = logging.getLogger(__name__)
 console = Console()
 index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
 SEARCH_DEVICE_HELP = "first stage + rerank: auto (a GPU when present), cpu (Faiss), cuda, cuda:N"
-_KNOWN_ERRORS = (IndexStoreError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
+_KNOWN_ERRORS = (IndexAccessError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
 
 
 def _check_first_stage(value: str) -> str:
@@ -80,7 +82,7 @@ def index_build(
     if ray_batch_size is not None and not ray:
         raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
-                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=flat.PQConfig(pq_m, pq_nbits) if pq_m else None,
+                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None,
                            name=name, progress=not no_progress, fusion_method=fusion)
     try:
         model = commands.load_model(encoder.config, encoder.device)

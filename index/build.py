@@ -21,9 +21,11 @@ from tqdm.auto import tqdm
 from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
 from densehybrid.encoder.batches import encode_all
 from densehybrid.encoder.checksums import sha256_file
-from densehybrid.index import flat, fusion, lambda_auto, shards, store
+from densehybrid.index import documents, files, fusion, lambda_auto, shards
+from densehybrid.index.documents import Document
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl
-from densehybrid.index.store import Document, IndexWriteError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ class BuildOptions:
     shard_size: int = 4096
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
-    pq: flat.PQConfig | None = None
+    pq: faiss_engine.PQConfig | None = None
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion)
     fusion_method: str = "lambda"
     name: str | None = None
@@ -68,7 +70,7 @@ def encode_passages(encoder: Encoder, texts: Sequence[str], batch_size: int,
 def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
     """What a resumed build must share with the interrupted one."""
     return {
-        "format_version": store.FORMAT_VERSION,
+        "format_version": files.FORMAT_VERSION,
         "corpus_sha256": sha256_file(corpus),
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
@@ -101,9 +103,9 @@ def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[floa
         return encoder.spec.lam, {"method": "model"}
     if options.lam != "auto":
         return float(options.lam), {"method": "fixed"}
-    values = np.load(staged / store.VALUES, mmap_mode="r")
-    gates = np.load(staged / store.GATES, mmap_mode="r") if encoder.spec.gated_dim else None
-    texts = [passage_text(d) for d in store.DocStore(staged / store.DOCS).iter_rows()]
+    values = np.load(staged / files.VALUES, mmap_mode="r")
+    gates = np.load(staged / files.GATES, mmap_mode="r") if encoder.spec.gated_dim else None
+    texts = [passage_text(d) for d in documents.DocTable(staged / documents.DOCS).iter_rows()]
     return lambda_auto.choose(encoder, texts, values, gates)
 
 
@@ -139,21 +141,21 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
     lam, lam_info = _lambda(encoder, staged, options)
-    store.write_manifest(
+    files.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
                **fusion_info},
     )
-    store.publish(staged, out, overwrite=options.overwrite)
+    files.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
     log.info("published index %s (%d passages, λ=%g by %s)", out, total, lam, lam_info["method"])
     return out
 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
-                      lam: float | None = None, pq: flat.PQConfig | None = None, name: str | None = None,
+                      lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
                       shard_size: int = 65_536, fusion_method: str = "lambda") -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools)."""
     out = Path(out)
@@ -167,9 +169,9 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         part = encoded[s:s + shard_size]
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
-    store.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
+    files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method)})
-    store.publish(staged, out)
+    files.publish(staged, out)
     shards.finish(work)
     return out

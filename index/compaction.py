@@ -3,7 +3,7 @@
 The live base rows (hidden ones dropped) and then the delta rows are written as build
 shards in ``<index>.partial/``, assembled, given a manifest that records the last folded
 log sequence number (``writes.applied_seq``, so a restart never applies a change twice),
-fsynced, and renamed into place by :func:`index.store.publish`. A crash at any point
+fsynced, and renamed into place by :func:`index.files.publish`. A crash at any point
 leaves either the old generation or the new one, and the log still holds every change the
 new one lacks.
 
@@ -26,18 +26,19 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index import flat, shards, store
-from densehybrid.index.store import IndexFiles
+from densehybrid.index import errors, files, shards
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.local import IndexFiles
 from densehybrid.index.wal import fsync_directory
 
 _CHUNK_ROWS = 65_536
 _PR_SET_PDEATHSIG = 1
 
 
-def _pq_config(first_stage: dict) -> flat.PQConfig | None:
+def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
     if first_stage.get("type") != "pq":
         return None
-    return flat.PQConfig(**{k: v for k, v in first_stage.items() if k != "type"})
+    return faiss_engine.PQConfig(**{k: v for k, v in first_stage.items() if k != "type"})
 
 
 def _base_values(base: IndexFiles, rows: np.ndarray) -> np.ndarray:
@@ -78,10 +79,10 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
                              pq=_pq_config(base.manifest["first_stage"]))
     extra = {k: base.manifest[k] for k in ("lambda", "build") if k in base.manifest}
-    store.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
+    files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
                          first_stage=base.manifest["first_stage"], extra={**extra, "writes": {"applied_seq": applied_seq}})
     _fsync_tree(staged)
-    store.publish(staged, out, overwrite=True)
+    files.publish(staged, out, overwrite=True)
     fsync_directory(out.parent)
     shards.finish(work)
     return out
@@ -92,7 +93,7 @@ def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: 
     from densehybrid.index.live import Delta, apply
     from densehybrid.index.wal import iter_changes
 
-    base = store.load_index(path)
+    base = files.load_index(path)
     already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
     delta = Delta()
     for change in iter_changes(log_dir, through_segment):
@@ -115,7 +116,7 @@ def fold_in_subprocess(path: Path, log_dir: Path, through_segment: int, applied_
                str(applied_seq)]
     done = subprocess.run(command, capture_output=True, text=True, preexec_fn=lambda: _child_setup(niceness))
     if done.returncode:
-        raise store.IndexWriteError(f"compaction of {path} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        raise errors.IndexWriteError(f"compaction of {path} failed (exit {done.returncode}): {done.stderr[-2000:]}")
 
 
 if __name__ == "__main__":

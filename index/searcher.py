@@ -1,27 +1,27 @@
-"""Two-stage search (DESIGN §2.6): first stage over the whole index, exact GIP rerank, top-k.
+"""Two-stage search: first stage over the whole index, exact GIP rerank, top-k.
 
 ``Searcher.search`` takes encoded queries (raw, as encoders return them), scales
 their open part by λ for ``dhr``/``fusion``, runs the first stage (Faiss ``ip``
 or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
 for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
 separately, normalised over the candidates and mixed), and returns ids, scores, rows and per-stage times. Ties are
-ordered by row number, so equal inputs give equal outputs on every run.
+ordered by row number, so equal inputs give equal outputs on every run. Every stage runs in the index's
+:class:`~densehybrid.index.vector_store.VectorStore`, chosen once when the searcher is built.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
-from densehybrid.index import flat, fusion, gip
-from densehybrid.index.device_search import TorchFlatIndex, search_devices
-from densehybrid.index.first_stage import LocalStore, VectorStore
-from densehybrid.index.store import IndexFiles, IndexMismatchError
+from densehybrid.index import fusion, gip
+from densehybrid.index.errors import IndexMismatchError, SearchError
+from densehybrid.index.served import SearchResults, StoredIndex
+from densehybrid.index.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,7 @@ FIRST_STAGES: tuple[str, ...] = ("ip", "approx_gip")
 MAX_CANDIDATES = 10_000
 
 
-class SearchError(ValueError):
-    """A search request is out of range (k, candidates, first stage, λ)."""
-
-
-def resolve_search_device(requested: str | None, index: IndexFiles) -> str:
+def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
     """Where the first stage and rerank run, chosen apart from the encoder's device.
 
     ``auto``/None: a GPU when torch sees one and the index is exact (FlatIP), else the CPU.
@@ -43,11 +39,11 @@ def resolve_search_device(requested: str | None, index: IndexFiles) -> str:
     """
     import torch
 
-    if getattr(index, "vector_store", None) is not None:  # a Milvus collection: Milvus searches, the rerank is local numpy
+    if index.remote:  # a Milvus collection: Milvus searches, the rerank is local numpy
         if requested not in (None, "", "auto", "cpu"):
             log.info("a Milvus collection searches in Milvus (search device %s ignored)", requested)
         return "cpu"
-    pq = flat.first_stage_description(index.faiss) == "pq"
+    pq = index.first_stage_kind == "pq"
     if requested in (None, "", "auto"):
         return "cuda" if torch.cuda.is_available() and not pq else "cpu"
     if requested == "cpu":
@@ -65,21 +61,11 @@ def resolve_search_device(requested: str | None, index: IndexFiles) -> str:
     return requested
 
 
-@dataclass
-class SearchResults:
-    """Per query: ids, scores and index rows, best first; ``timing`` in milliseconds."""
-
-    ids: list[list[str]]
-    scores: list[list[float]]
-    rows: list[list[int]]
-    timing: dict[str, float] = field(default_factory=dict)
-
-
 def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-def resolve_method(index: IndexFiles, method: str | None, lam: float | None) -> str:
+def resolve_method(index: StoredIndex, method: str | None, lam: float | None) -> str:
     """The weighting a search of ``index`` uses: the one asked for; else the raw λ sum when a λ is
     given (a per-request λ keeps its meaning); else the index's default. Unscaled kinds: ``lambda``."""
     if index.spec.kind not in SCALED_KINDS:
@@ -92,37 +78,21 @@ def resolve_method(index: IndexFiles, method: str | None, lam: float | None) -> 
 
 
 class Searcher:
-    """Searches one loaded index: a local directory or a Milvus collection
-    (``index.milvus.MilvusIndex``, which brings its own :class:`VectorStore`; always the Faiss-like path).
+    """Searches one stored index (a local directory, ``index.local.IndexFiles``, or a Milvus collection,
+    ``index.milvus.MilvusIndex``) through the :class:`VectorStore` the index hands it.
 
-    ``device`` "cpu": Faiss first stage, numpy/torch-CPU rerank. A CUDA device (see
-    :func:`resolve_search_device`): values and gates are copied to the GPU(s) once and the exact
-    first stage and rerank run there in torch (float16 storage unless ``float16=False``).
-    ``engine="torch"`` runs that same torch path on the CPU (float32): the CPU twin tests use it.
+    ``device`` "cpu": Faiss first stage, numpy rerank. A CUDA device (see :func:`resolve_search_device`):
+    values and gates are copied to the GPU(s) once and the exact first stage and every rerank run there
+    in torch (float16 storage unless ``float16=False``). ``engine="torch"`` runs that same torch path on
+    the CPU (float32): the CPU twin tests use it.
     """
 
-    def __init__(self, index: IndexFiles, *, device: str = "cpu", float16: bool | None = None,
+    def __init__(self, index: StoredIndex, *, device: str = "cpu", float16: bool | None = None,
                  engine: Literal["faiss", "torch"] | None = None):
         self.index = index
         self.spec = index.spec
         self.device = device
-        on_gpu = device.startswith("cuda")
-        remote: VectorStore | None = getattr(index, "vector_store", None)
-        if remote is not None and engine == "torch":
-            raise SearchError("the torch search engine needs a local index; a Milvus collection searches in Milvus")
-        self.engine = "milvus" if remote is not None else engine or ("torch" if on_gpu else "faiss")
-        self.store: VectorStore | None = remote
-        self._torch: TorchFlatIndex | None = None
-        if self.engine == "torch":
-            import torch
-
-            half = on_gpu if float16 is None else float16
-            self._torch = TorchFlatIndex(index.values, index.gates if self.reranks else None, search_devices(device),
-                                         dtype=torch.float16 if half else torch.float32)
-        else:
-            flat.tune_blas()
-            if self.store is None:
-                self.store = LocalStore(index)
+        self.store: VectorStore = index.vector_store(device, float16=float16, engine=engine)
 
     @property
     def reranks(self) -> bool:
@@ -152,11 +122,7 @@ class Searcher:
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
         if first_stage == "approx_gip":
-            if self.engine == "milvus":
-                raise SearchError("first stage approx_gip needs a local index; a Milvus collection serves ip")
-            return gip.approx_topk(xq, gq, self.index.values, self.index.gates, theta, depth)
-        if self._torch is not None:
-            return self._torch.search(xq, depth)
+            return self.store.approx_gip(xq, gq, theta, depth)
         return self.store.inner_product(xq, depth)
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
@@ -171,15 +137,9 @@ class Searcher:
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
                       dense_weight: float) -> tuple[np.ndarray, np.ndarray]:
-        """Exact part scores of the candidates, normalised per query over them and mixed; top ``k``."""
+        """Exact part scores of the candidates (in the store), normalised per query over them and mixed; top ``k``."""
         valid = rows >= 0
-        safe_rows = np.where(valid, rows, 0)
-        lexical_q, dense_q = fusion.split_query(xq, self.spec.gated_dim)
-        if self.store is not None:  # one fetch of the candidates' vectors for both parts (Milvus)
-            lexical, dense = self.store.score_rows([lexical_q, dense_q], gq, rows)
-        else:
-            lexical = gip.score_rows(lexical_q, gq, self.index.values, self.index.gates, safe_rows)
-            dense = gip.score_rows(dense_q, gq, self.index.values, self.index.gates, safe_rows)
+        lexical, dense = self.store.part_scores(xq, gq, rows)
         fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, valid=valid)
         return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
 
@@ -211,8 +171,6 @@ class Searcher:
         start = time.perf_counter()
         if second and method in fusion.NORMALISED_METHODS:
             scores, rows = self._fused_rerank(xq, gq, rows, k, method, dense_weight)
-        elif second and self._torch is not None:
-            scores, rows = self._torch.rerank(xq, gq, rows, k)
         elif second:
             scores, rows = self.store.rerank(xq, gq, rows, k)
         rerank_ms = _ms(start) if second else 0.0
@@ -224,11 +182,6 @@ class Searcher:
             keep = q_rows >= 0
             out_rows.append([int(r) for r in q_rows[keep]])
             out_scores.append([float(s) for s in q_scores[keep]])
-        every_row = [r for q_rows in out_rows for r in q_rows]
-        if self.store is not None:
-            flat_ids = iter(self.store.ids_of(every_row))
-        else:
-            doc_ids = self.index.doc_ids
-            flat_ids = iter([doc_ids[r] for r in every_row])
+        flat_ids = iter(self.store.ids_of([r for q_rows in out_rows for r in q_rows]))
         ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
         return SearchResults(ids, out_scores, out_rows, timing)

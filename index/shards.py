@@ -7,7 +7,7 @@ A build works in ``<out>.partial/`` next to the target:
                       written as ``00000.tmp/`` and renamed, so a shard exists whole or not at all
     index/            the assembled index, renamed to ``<out>`` when complete
 
-Together with :mod:`index.store` this is all the file I/O of an index build.
+Together with :mod:`index.files` and :mod:`index.documents` this is all the file I/O of an index build.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index import flat
-from densehybrid.index.store import GATES, VALUES, Document, IndexWriteError, write_doc_ids, write_docs, write_faiss
+from densehybrid.index.documents import Document, write_docs
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.errors import IndexWriteError
+from densehybrid.index.files import GATES, VALUES, write_doc_ids, write_faiss
 
 STATE = "build.json"
 _SHARD_NAME = re.compile(r"^\d{5}$")
@@ -97,7 +99,7 @@ def iter_shard_docs(work: Path) -> Iterator[Document]:
                 yield Document(*json.loads(line))
 
 
-def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: flat.PQConfig | None) -> Path:
+def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engine.PQConfig | None) -> Path:
     """Concatenate the shards into ``work/index`` (everything but the manifest); returns that directory."""
     staged = work / "index"
     if staged.exists():
@@ -132,10 +134,10 @@ def _concat(work: Path, target: Path, name: str, dtype, shape: tuple[int, int]) 
     del out
 
 
-def _first_stage(work: Path, dim: int, count: int, pq: flat.PQConfig | None) -> faiss.Index:
-    index = flat.new_index(dim, pq)
+def _first_stage(work: Path, dim: int, count: int, pq: faiss_engine.PQConfig | None) -> faiss.Index:
+    index = faiss_engine.new_index(dim, pq)
     if pq is not None:
-        flat.train(index, _rows(work, flat.train_sample(count, pq)), pq)
+        faiss_engine.train(index, _rows(work, faiss_engine.train_sample(count, pq)), pq)
     for part in iter_shard_arrays(work, VALUES):
         index.add(np.ascontiguousarray(part, dtype=np.float32))
     return index

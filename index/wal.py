@@ -34,7 +34,8 @@ from typing import Literal
 
 import numpy as np
 
-from densehybrid.index.store import Document, IndexWriteError
+from densehybrid.index.documents import Document
+from densehybrid.index.errors import IndexWriteError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from densehybrid.index.build import passage_text
+from densehybrid.index.documents import Document
+from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.live import LiveIndex, UnknownDocument
-from densehybrid.index.store import Document, IndexWriteError
 from densehybrid.index.wal import LogFullError
 from densehybrid.service.errors import InsufficientStorage, NotFound, ServiceError, WritesDisabled
 from densehybrid.service.handlers import (_in_search_pool, _ms, _record, encode_for, require_index, require_ready,
@@ -37,10 +38,10 @@ class WriteFailed(ServiceError):
 def _writable(rt: Runtime) -> LiveIndex:
     index = require_index(rt)
     require_ready(rt)
-    if getattr(index.base, "vector_store", None) is not None:
+    if index.remote:
         raise WritesDisabled("this server serves a Milvus collection, read only: writes need a local index "
                              "(start it with --index DIR and writes on)")
-    if index.log is None:
+    if not index.writable:
         raise WritesDisabled("this server serves its index read only (start it with --index DIR and writes on)")
     return index
 

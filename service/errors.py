@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from densehybrid.index.milvus import MilvusUnavailableError
+from densehybrid.index.errors import MilvusUnavailableError
 
 log = logging.getLogger(__name__)
 

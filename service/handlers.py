@@ -20,7 +20,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from densehybrid.encoder.base import Encoded, Role, SparseVector, TokenizedText
-from densehybrid.index.milvus import MilvusUnavailableError
+from densehybrid.index.errors import MilvusUnavailableError
 from densehybrid.index.searcher import SearchError
 from densehybrid.service.batcher import EncodeOutcome, Output
 from densehybrid.service.errors import (ClientGone, InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,

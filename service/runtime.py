@@ -47,34 +47,36 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
             raise StartupError(str(exc)) from exc
     encoder = _load_encoder(settings, index)
     if index is not None:
-        from densehybrid.index.store import IndexStoreError, check_compatible
+        from densehybrid.index.errors import IndexAccessError
+        from densehybrid.index.files import check_compatible
 
         try:
             check_compatible(index.spec, encoder.spec)
-        except (IndexStoreError, ValueError) as exc:
+        except (IndexAccessError, ValueError) as exc:
             where = settings.index if settings.milvus_uri is None else f"{settings.milvus_uri}#{settings.collection}"
             raise StartupError(f"model {encoder.spec.model_id!r} does not match index {where}: {exc}") from exc
     return encoder, index
 
 
 def _load_index(settings: ServiceSettings):
-    from densehybrid.index.store import IndexStoreError, load_index
+    from densehybrid.index.errors import IndexAccessError
+    from densehybrid.index.files import load_index
 
     try:
         index = load_index(settings.index)
-    except (IndexStoreError, OSError, ValueError) as exc:
+    except (IndexAccessError, OSError, ValueError) as exc:
         raise StartupError(f"cannot load index {settings.index}: {exc}") from exc
     log.info("index loaded", extra={"fields": {"index": str(settings.index), "documents": index.count}})
     return index
 
 
 def _open_collection(settings: ServiceSettings):
+    from densehybrid.index.errors import IndexAccessError
     from densehybrid.index.milvus import open_collection
-    from densehybrid.index.store import IndexStoreError
 
     try:
         index = open_collection(settings.milvus_uri, settings.collection, timeout_s=settings.milvus_timeout_s)
-    except IndexStoreError as exc:
+    except IndexAccessError as exc:
         raise StartupError(f"cannot serve Milvus collection {settings.collection!r} at {settings.milvus_uri}: {exc}") from exc
     log.info("collection opened", extra={"fields": {"milvus_uri": settings.milvus_uri, "collection": settings.collection,
                                                      "documents": index.count}})
@@ -82,10 +84,11 @@ def _open_collection(settings: ServiceSettings):
 
 
 class StoreHealth:
-    """Whether a remote vector store answers, checked at most every ``interval_s`` (local indexes: always)."""
+    """Whether the served index answers (``index.healthy()``: a local one always does, a Milvus
+    collection when its server does), checked at most every ``interval_s``."""
 
     def __init__(self, index, interval_s: float):
-        self._check = getattr(index, "healthy", None)
+        self._check = index.healthy if index is not None else None
         self.interval_s = interval_s
         self._ok, self._checked = True, float("-inf")
         self._lock = threading.Lock()
@@ -158,14 +161,14 @@ class Runtime:
 
     def _live(self, index):
         """The index as served: a live index, writable when the settings name a write-ahead log."""
+        from densehybrid.index.errors import IndexAccessError
         from densehybrid.index.live import LiveIndex
-        from densehybrid.index.store import IndexStoreError
 
         log_dir = self.settings.write_log_dir
         try:
             return LiveIndex.open(index.path, lambda base: self._make_searcher(base, self.settings.search_device), log_dir=log_dir,
                                   base=index)
-        except (IndexStoreError, OSError, ValueError) as exc:
+        except (IndexAccessError, OSError, ValueError) as exc:
             raise StartupError(f"cannot open the write-ahead log {log_dir} of index {index.path}: {exc} "
                                "(serve read only with --no-writes)") from exc
 

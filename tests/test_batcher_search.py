@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.index.searcher import Searcher
-from densehybrid.index.store import load_index
-from densehybrid.service.search_batcher import SearchBatcher, SearchParams
 from densehybrid.bench.servers import TOPICS, build_toy_index
+from densehybrid.index.files import load_index
+from densehybrid.index.searcher import Searcher
+from densehybrid.service.search_batcher import SearchBatcher, SearchParams
 
 
 class SlowSearcher:

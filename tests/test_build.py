@@ -16,8 +16,9 @@ from densehybrid.bench.fake_encoder import FakeEncoder
 from index_helpers import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
+from densehybrid.index.errors import IndexWriteError
+from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
-from densehybrid.index.store import IndexWriteError, load_index
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(400)]

@@ -354,10 +354,10 @@ def live_exposition(tmp_path_factory) -> str:
     import httpx
 
     from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.index.store import load_index
+    from densehybrid.bench.servers import LiveServer
+    from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
-    from densehybrid.bench.servers import LiveServer
 
     encoder = FakeEncoder("dhr")
     index_dir = _small_index(encoder, tmp_path_factory.mktemp("index"))

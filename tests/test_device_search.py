@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from densehybrid.index import gip
-from densehybrid.index.device_search import TorchFlatIndex, search_devices
+from densehybrid.index.engines.torch_engine import TorchFlatIndex, search_devices
 from densehybrid.index.searcher import Searcher, SearchError, resolve_search_device
 from test_gip import numpy_gip, random_rows
 from test_search import make_index, queries_for
@@ -111,7 +111,7 @@ def test_search_device_with_cuda_visible(tmp_path, monkeypatch):
     assert resolve_search_device("auto", exact) == "cuda" and resolve_search_device("cuda:1", exact) == "cuda:1"
     with pytest.raises(SearchError, match="only 2 CUDA devices"):
         resolve_search_device("cuda:2", exact)
-    from densehybrid.index.flat import PQConfig
+    from densehybrid.index.engines.faiss_engine import PQConfig
 
     pq = make_index(tmp_path, "cls", n=300, pq=PQConfig(m=4, nbits=4), seed=1)
     assert resolve_search_device("auto", pq) == "cpu" and resolve_search_device("cuda", pq) == "cpu"

@@ -11,7 +11,7 @@ from densehybrid.bench.encode_peers import (densehybrid_request, median_round, p
                                             summarize, workload_texts)
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index
-from densehybrid.index.store import load_index
+from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

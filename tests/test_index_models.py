@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import commands, gip
 from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
-from densehybrid.index.store import load_index
 
 PASSAGES = {
     "tides": "Ocean tides are caused by the gravitational pull of the moon and the sun on the oceans.",

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.index import build, store
-from densehybrid.index.store import Document, IndexLoadError, IndexMismatchError, check_compatible, load_index
+from densehybrid.index import build, errors, files
+from densehybrid.index.documents import Document
+from densehybrid.index.errors import IndexLoadError, IndexMismatchError
+from densehybrid.index.files import check_compatible, load_index
 
 
 @pytest.fixture()
@@ -30,10 +32,10 @@ def test_load_exposes_everything(built):
     assert index.docs.get("id-3") == Document("id-3", "title 3", "passage number 3 about topic 3")
     assert index.docs.get("missing") is None
     assert index.docs.get_many(["id-2", "missing", "id-1"]) == [index.docs.get("id-2"), None, index.docs.get("id-1")]
-    assert index.docs.row_of("id-39") == 39
+    assert index.contains("id-39") and not index.contains("nope") and index.ids_of([39, 2]) == ["id-39", "id-2"]
     assert [d.id for d in index.docs.iter_rows(batch=7)] == index.doc_ids
     manifest = index.manifest
-    assert manifest["format_version"] == store.FORMAT_VERSION and manifest["encoder"]["kind"] == "fusion"
+    assert manifest["format_version"] == files.FORMAT_VERSION and manifest["encoder"]["kind"] == "fusion"
     assert set(manifest["files"]) == {"values.npy", "gates.npy", "first_stage.faiss", "doc_ids.json", "docs.sqlite"}
 
 
@@ -105,7 +107,7 @@ def test_compatible_model_passes_even_with_other_lambda_and_lengths():
 def test_publish_refuses_to_clobber(built, tmp_path):
     staged = tmp_path / "staged"
     staged.mkdir()
-    with pytest.raises(store.IndexWriteError, match="already exists"):
-        store.publish(staged, built)
-    store.publish(staged, built, overwrite=True)
+    with pytest.raises(errors.IndexWriteError, match="already exists"):
+        files.publish(staged, built)
+    files.publish(staged, built, overwrite=True)
     assert not (built / "manifest.json").exists() and not staged.exists()

@@ -7,9 +7,10 @@ import pytest
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index import wal
 from densehybrid.index.build import build_from_arrays, encode_passages, passage_text
+from densehybrid.index.documents import Document
+from densehybrid.index.files import load_index
 from densehybrid.index.live import LiveIndex, UnknownDocument
 from densehybrid.index.searcher import Searcher
-from densehybrid.index.store import Document, load_index
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 

@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index, free_port
 from densehybrid.cli.main import app
-from densehybrid.index import gip, milvus
-from densehybrid.index.first_stage import rerank_fetched
+from densehybrid.index import errors, gip, milvus
+from densehybrid.index.engines.milvus_engine import rerank_fetched
+from densehybrid.index.errors import IndexLoadError, IndexMismatchError
+from densehybrid.index.files import check_compatible, load_index
 from densehybrid.index.searcher import Searcher, SearchError
-from densehybrid.index.store import IndexLoadError, IndexMismatchError, check_compatible, load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 
@@ -102,6 +103,25 @@ def test_collection_carries_manifest_texts_and_rows(toy, collection):
         Searcher(collection).search(FakeEncoder("dhr").encode(["x"], "query"), first_stage="approx_gip")
 
 
+def test_collection_implements_the_served_index_and_its_store_the_vector_store(collection):
+    from densehybrid.index.live import LiveIndex
+    from densehybrid.index.served import ServedIndex, StoredIndex
+    from densehybrid.index.vector_store import VectorStore
+    from test_served import assert_implements
+
+    assert_implements(collection, StoredIndex)
+    assert_implements(collection.vector_store("cpu"), VectorStore)
+    live = LiveIndex(collection, Searcher)
+    assert_implements(live, ServedIndex)
+    assert live.remote and not live.writable and live.healthy()
+    switch = _Switchable(collection.store.client)
+    collection.store.client, switch.down = switch, True
+    try:
+        assert not collection.healthy() and not live.healthy()
+    finally:
+        collection.store.client = switch._client
+
+
 class _FailingUpserts:
     """A client whose row upserts fail after ``ok`` calls: an export killed part way."""
 
@@ -123,7 +143,7 @@ def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
     index, _ = toy
     uri = str(tmp_path / "resume.db")
     client = milvus.connect(uri)
-    with pytest.raises(milvus.MilvusUnavailableError, match="killed"):
+    with pytest.raises(errors.MilvusUnavailableError, match="killed"):
         milvus.export_index(index, uri, "part", batch_size=25, client=_FailingUpserts(client, ok=2))
     with pytest.raises(IndexLoadError, match="unfinished"):
         milvus.open_collection(uri, "part", client=client)
@@ -133,7 +153,7 @@ def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
     assert again.batches == 0
     opened = milvus.open_collection(uri, "part", client=client)
     assert client.get_collection_stats("part")["row_count"] == index.count
-    assert opened.vector_store.ids_of(range(80)) == index.doc_ids
+    assert opened.store.ids_of(range(80)) == index.doc_ids
 
 
 def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path):
@@ -212,8 +232,8 @@ class _Switchable:
 
 def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collection):
     index, _ = toy
-    switch = _Switchable(collection.vector_store.client)
-    collection.vector_store.client = switch
+    switch = _Switchable(collection.store.client)
+    collection.store.client = switch
     settings = ServiceSettings(max_wait_ms=5, store_check_s=0.05)
     body = {"query": QUERIES[0], "k": 5, "candidates": 40, "return_text": True}
     try:
@@ -241,4 +261,4 @@ def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collect
             assert c.get("/ready").json()["ready"] is True, c.get("/ready").text
             assert c.post("/search", json=body).status_code == 200
     finally:
-        collection.vector_store.client = switch._client
+        collection.store.client = switch._client

@@ -19,7 +19,8 @@ from densehybrid.bench.fake_encoder import FakeEncoder
 from index_helpers import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index
-from densehybrid.index.store import IndexLoadError, IndexWriteError, load_index
+from densehybrid.index.errors import IndexLoadError, IndexWriteError
+from densehybrid.index.files import load_index
 
 REPO = Path(__file__).resolve().parents[1]
 KILLER = Path(__file__).with_name("reliability_build_killer.py")

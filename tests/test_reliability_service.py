@@ -25,9 +25,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from densehybrid.bench.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,8 @@ def wait_until(condition, timeout_s: float = 10.0) -> bool:
 @pytest.mark.parametrize("route,body", [("/encode", {"texts": ["gone before encoding"]}),
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, tmp_path):
-    from densehybrid.index.store import load_index
     from densehybrid.bench.servers import build_toy_index
+    from densehybrid.index.files import load_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
     index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
@@ -90,9 +90,9 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
 @pytest.fixture(scope="module")
 def served_index(tmp_path_factory, tiny_bert_dir):
     """A small index of a real (tiny, random) model, built through the CLI like a user would."""
+    from densehybrid.bench.servers import write_toy_corpus
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.build import BuildOptions, build_index
-    from densehybrid.bench.servers import write_toy_corpus
 
     root = tmp_path_factory.mktemp("served")
     encoder = load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu")

@@ -7,10 +7,13 @@ import pytest
 
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index import build, flat
+from densehybrid.index import build
+from densehybrid.index.documents import Document
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.errors import IndexMismatchError
 from densehybrid.index.explain import explain
+from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher, SearchError
-from densehybrid.index.store import Document, IndexMismatchError, load_index
 from test_gip import numpy_gip, numpy_topk, random_rows
 
 
@@ -121,7 +124,7 @@ def test_query_of_another_layout_is_refused(tmp_path):
 
 
 def test_pq_first_stage_finds_most_exact_neighbours(tmp_path):
-    index = make_index(tmp_path, "cls", n=400, dense=16, pq=flat.PQConfig(m=8, nbits=4, train_size=400))
+    index = make_index(tmp_path, "cls", n=400, dense=16, pq=faiss_engine.PQConfig(m=8, nbits=4, train_size=400))
     assert index.manifest["first_stage"]["type"] == "pq"
     queries = queries_for(index, 10)
     got = Searcher(index).search(queries, k=10)
@@ -160,7 +163,7 @@ def test_single_thread_setting_stays_in_the_calling_thread():
     seen = []
 
     def other():
-        with flat.omp_threads(before + 1):
+        with faiss_engine.omp_threads(before + 1):
             seen.append(faiss.omp_get_max_threads())
             seen.append(main_view.wait(5))
 
@@ -176,4 +179,4 @@ def test_single_thread_setting_stays_in_the_calling_thread():
 
 def test_pq_with_too_few_passages_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="at least 256 passages"):
-        make_index(tmp_path, "cls", n=100, dense=16, pq=flat.PQConfig(m=4, nbits=8))
+        make_index(tmp_path, "cls", n=100, dense=16, pq=faiss_engine.PQConfig(m=4, nbits=8))

@@ -22,7 +22,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index, write_toy_corpus
 from densehybrid.index.build import BuildOptions, build_index
-from densehybrid.index.store import load_index
+from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.page import highlight, shares
 from densehybrid.service.settings import ServiceSettings

@@ -7,7 +7,7 @@ import pytest
 
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index
-from densehybrid.index.store import load_index
+from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -10,7 +10,7 @@ import pytest
 
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index
-from densehybrid.index.store import load_index
+from densehybrid.index.files import load_index
 from densehybrid.service import serve as serve_module
 from densehybrid.service.app import create_app
 from densehybrid.service.handlers import INLINE_TOKENIZE_CHARS

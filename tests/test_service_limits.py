@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index
 from densehybrid.index.explain import explain
-from densehybrid.index.store import load_index
+from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.metrics import DURATION_BUCKETS, duration_buckets
 from densehybrid.service.serve import settings_from

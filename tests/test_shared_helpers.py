@@ -5,9 +5,9 @@ import json
 import pytest
 
 from densehybrid.index.build import read_corpus
+from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.evaluate import EvalInputError, read_queries
 from densehybrid.index.jsonl import read_jsonl
-from densehybrid.index.store import IndexWriteError
 
 
 def test_rows_in_order_blank_lines_skipped(tmp_path):

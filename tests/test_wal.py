@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from densehybrid.index import wal
-from densehybrid.index.store import Document
+from densehybrid.index.documents import Document
 from densehybrid.index.wal import Change, LogFullError, WriteAheadLog
 
 

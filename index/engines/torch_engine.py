@@ -1,4 +1,4 @@
-"""Exact first stage and exact GIP rerank in torch, on any device torch supports (DESIGN §6).
+"""The torch engine: exact first stage, exact GIP and per-part rerank, on any device torch supports.
 
 This is the GPU path: an exact inner product (matmul + top-k) runs on every GPU the installed
 torch supports, needs no Faiss GPU build (the faiss-gpu-cu12 wheels carry no sm_90 kernels and
@@ -9,6 +9,9 @@ Layout: the index rows are split evenly over ``devices`` (one slice per GPU; the
 top-k lists are merged on the host), and each device's slice is stored as chunks of at most
 ``chunk_rows`` rows, so no single allocation has to hold a whole index. Rows keep their global
 numbers, so results are comparable with Faiss and with :mod:`densehybrid.index.gip`.
+
+The normalised fusion scores each part of the candidates here too, so a GPU index never
+reads candidate rows on the host; only the (Q, K) part scores come back to be normalised.
 
 Arrays in, arrays out: numpy at the edges (the searcher's types), torch inside.
 """
@@ -21,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from densehybrid.index.engines.host import HostRows
 from densehybrid.index.gip import sort_by_score
+from densehybrid.index.vector_store import VectorStore
 
 DEFAULT_CHUNK_ROWS = 1 << 20  # 1M rows x 896 fp16 values = 1.8 GB per allocation
 _RERANK_BLOCK = 16_384  # candidate rows gathered per scoring step
@@ -93,14 +98,21 @@ class TorchFlatIndex:
         scores, rows = torch.cat(found_scores, 1).numpy(), torch.cat(found_rows, 1).numpy()
         return sort_by_score(scores, rows, k)
 
-    @torch.inference_mode()
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact GIP of each query's candidate rows, top ``k`` (as :func:`densehybrid.index.gip.rerank`).
 
         xq (Q, dim) float32 (λ-scaled), gq (Q, G) uint8 or None, rows (Q, K) int64 (-1 = none)
-        -> (scores, rows) (Q, min(k, K)). Each candidate is scored on the device holding its row.
+        -> (scores, rows) (Q, min(k, K)).
         """
-        out = np.full(rows.shape, -np.inf, dtype=np.float32)
+        return sort_by_score(self.score_rows(xq, gq, rows)[0], rows, k)
+
+    @torch.inference_mode()
+    def score_rows(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, *,
+                   split: bool = False) -> np.ndarray:
+        """Exact GIP of the candidate ``rows`` (Q, K) -> (1, Q, K) float32, or with ``split`` (2, Q, K):
+        the gated part and the open part apart. Each candidate is scored on the device holding its
+        row; cells where ``rows`` is -1 hold -inf."""
+        out = np.full((2 if split else 1, *rows.shape), -np.inf, dtype=np.float32)
         for device, chunks in zip(self.devices, self.shards):
             q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device)
             g = None if gq is None or not self.gated_dim else torch.from_numpy(np.ascontiguousarray(gq)).to(device)
@@ -110,18 +122,46 @@ class TorchFlatIndex:
                 for s in range(0, len(qi), _RERANK_BLOCK):
                     bq, bc = qi[s:s + _RERANK_BLOCK], ci[s:s + _RERANK_BLOCK]
                     local = torch.from_numpy(rows[bq, bc] - chunk.start).to(device)
-                    query_rows = torch.from_numpy(bq).to(device)
-                    out[bq, bc] = self._score(q, g, chunk, local, query_rows).cpu().numpy()
-        return sort_by_score(out, rows, k)
+                    product = self._product(q, g, chunk, local, torch.from_numpy(bq).to(device))
+                    if split:
+                        out[0, bq, bc] = product[:, :self.gated_dim].sum(1).cpu().numpy()
+                        out[1, bq, bc] = product[:, self.gated_dim:].sum(1).cpu().numpy()
+                    else:
+                        out[0, bq, bc] = product.sum(1).cpu().numpy()
+        return out
 
-    def _score(self, q: torch.Tensor, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor,
-               query_rows: torch.Tensor) -> torch.Tensor:
-        """GIP of (query_rows[i], chunk row local[i]) pairs -> (M,) float32."""
+    def _product(self, q: torch.Tensor, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor,
+                 query_rows: torch.Tensor) -> torch.Tensor:
+        """Gated elementwise products of (query_rows[i], chunk row local[i]) pairs -> (M, dim) float32."""
         product = chunk.values.index_select(0, local).float() * q.index_select(0, query_rows)
         if g is not None and chunk.gates is not None:
             same_gate = chunk.gates.index_select(0, local) == g.index_select(0, query_rows)
             product[:, :self.gated_dim] *= same_gate
-        return product.sum(1)
+        return product
+
+
+class TorchStore(HostRows, VectorStore):
+    """A local index resident on torch ``devices`` (several entries split the rows; see :func:`search_devices`).
+
+    values (N, dim) float16 (a memory map), gates (N, G) uint8 or None, ids in row order;
+    ``float16`` stores the rows as float16 on the devices (use float32 on the CPU).
+    """
+
+    def __init__(self, values: np.ndarray, gates: np.ndarray | None, doc_ids: Sequence[str],
+                 devices: Sequence[str | torch.device], *, float16: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+        super().__init__(values, gates, doc_ids)
+        self.resident = TorchFlatIndex(values, gates, devices, chunk_rows=chunk_rows,
+                                       dtype=torch.float16 if float16 else torch.float32)
+
+    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.resident.search(xq, depth)
+
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.resident.rerank(xq, gq, rows, k)
+
+    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lexical, dense = self.resident.score_rows(xq, gq, rows, split=True)
+        return lexical, dense
 
 
 def search_devices(device: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The index directory on disk (DESIGN §4): the only module of ``index/`` that touches files.
+"""The index directory on disk: its layout, the manifest, publishing, and loading with every check.
 
 Layout of a published index::
 
@@ -10,7 +10,7 @@ Layout of a published index::
     doc_ids.json    ids in row order
     docs.sqlite     table docs(row, id, title, text)
 
-Writers put files into a directory and call :func:`write_manifest` last;
+Writers put files into a directory (the texts through ``index.documents``) and call :func:`write_manifest` last;
 :func:`publish` renames the finished directory into place. :func:`load_index`
 checks everything before anything is served and raises :class:`IndexLoadError`
 naming the file and the problem.
@@ -24,9 +24,7 @@ import logging
 import os
 import shutil
 import sqlite3
-import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import faiss
@@ -34,7 +32,9 @@ import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
-from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
+from densehybrid.index.documents import DOCS, DocTable
+from densehybrid.index.errors import IndexLoadError, IndexMismatchError, IndexWriteError
+from densehybrid.index.local import IndexFiles
 
 log = logging.getLogger(__name__)
 
@@ -45,126 +45,9 @@ VALUES = "values.npy"
 GATES = "gates.npy"
 FIRST_STAGE = "first_stage.faiss"
 DOC_IDS = "doc_ids.json"
-DOCS = "docs.sqlite"
 # spec fields that must agree between an index and the encoder serving it
 COMPATIBILITY_FIELDS = ("kind", "dim", "gated_dim", "skip_mlm", "lexical", "agg_dim", "dlr_dim",
                         "pooling", "normalize", "vocab_size", "weights_hash")
-
-
-class IndexStoreError(RuntimeError):
-    """Base of every index error."""
-
-
-class IndexLoadError(IndexStoreError):
-    """An index directory is missing, incomplete, corrupted or of an unknown format."""
-
-
-class IndexMismatchError(IndexStoreError):
-    """An encoder does not produce the vectors an index was built with."""
-
-
-class IndexWriteError(IndexStoreError):
-    """An index could not be written or published."""
-
-
-@dataclass(frozen=True)
-class Document:
-    id: str
-    title: str
-    text: str
-
-
-class DocStore:
-    """Read-only passage texts in SQLite; safe to share between threads."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        uri = f"file:{self.path}?mode=ro&immutable=1"
-        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-
-    def _rows(self, sql: str, args: Sequence) -> list[tuple]:
-        with self._lock:
-            return self._conn.execute(sql, args).fetchall()
-
-    def count(self) -> int:
-        return self._rows("SELECT COUNT(*) FROM docs", ())[0][0]
-
-    def get(self, doc_id: str) -> Document | None:
-        rows = self._rows("SELECT id, title, text FROM docs WHERE id = ?", (doc_id,))
-        return Document(*rows[0]) if rows else None
-
-    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
-        """Documents for ``ids`` in the same order; None for unknown ids."""
-        found: dict[str, Document] = {}
-        unique = list(dict.fromkeys(ids))
-        for s in range(0, len(unique), 500):
-            chunk = unique[s:s + 500]
-            sql = f"SELECT id, title, text FROM docs WHERE id IN ({','.join('?' * len(chunk))})"
-            found.update((r[0], Document(*r)) for r in self._rows(sql, chunk))
-        return [found.get(i) for i in ids]
-
-    def row_of(self, doc_id: str) -> int | None:
-        rows = self._rows("SELECT row FROM docs WHERE id = ?", (doc_id,))
-        return int(rows[0][0]) if rows else None
-
-    def iter_rows(self, batch: int = 10_000) -> Iterable[Document]:
-        """Every document in row order."""
-        last = -1
-        while True:
-            rows = self._rows("SELECT row, id, title, text FROM docs WHERE row > ? ORDER BY row LIMIT ?", (last, batch))
-            if not rows:
-                return
-            last = rows[-1][0]
-            yield from (Document(*r[1:]) for r in rows)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-
-@dataclass
-class IndexFiles:
-    """A loaded, verified index. ``values`` and ``gates`` are read-only memory maps."""
-
-    path: Path
-    manifest: dict
-    spec: EncoderSpec
-    doc_ids: list[str]
-    values: np.ndarray
-    gates: np.ndarray | None
-    faiss: faiss.Index
-    docs: DocStore
-    _row_by_id: dict[str, int] | None = field(default=None, repr=False)
-
-    @property
-    def name(self) -> str:
-        return self.manifest["name"]
-
-    @property
-    def count(self) -> int:
-        return int(self.manifest["count"])
-
-    @property
-    def lam(self) -> float:
-        """The index's default λ for the dense part of ``dhr``/``fusion`` queries."""
-        return float(self.manifest["lam"])
-
-    @property
-    def fusion_method(self) -> str:
-        """How ``dhr``/``fusion`` searches mix the two parts by default (``index.fusion``); indexes
-        built before the manifest recorded it use the raw λ sum."""
-        return str(self.manifest.get("fusion", {}).get("method", "lambda"))
-
-    @property
-    def dense_weight(self) -> float:
-        """The dense part's weight in the normalised fusion methods."""
-        return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
-
-    def row_of(self, doc_id: str) -> int | None:
-        if self._row_by_id is None:
-            self._row_by_id = {d: i for i, d in enumerate(self.doc_ids)}
-        return self._row_by_id.get(doc_id)
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -172,22 +55,6 @@ class IndexFiles:
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
     with open(directory / DOC_IDS, "w", encoding="utf-8") as f:
         json.dump(list(doc_ids), f, ensure_ascii=False, separators=(",", ":"))
-
-
-def write_docs(directory: Path, docs: Iterable[Document]) -> None:
-    """The SQLite store, written in one transaction so equal inputs give equal bytes."""
-    path = directory / DOCS
-    if path.exists():
-        path.unlink()
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA journal_mode = OFF")
-        conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")
-        with conn:
-            conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
-                             ((i, d.id, d.title, d.text) for i, d in enumerate(docs)))
-    finally:
-        conn.close()
 
 
 def write_faiss(directory: Path, index: faiss.Index) -> None:
@@ -311,9 +178,9 @@ def _load_doc_ids(path: Path, count: int) -> list[str]:
     return doc_ids
 
 
-def _open_docs(path: Path, count: int) -> DocStore:
+def _open_docs(path: Path, count: int) -> DocTable:
     try:
-        docs = DocStore(path)
+        docs = DocTable(path)
         stored = docs.count()
     except sqlite3.Error as exc:
         raise _fail(path, f"not a readable SQLite document store ({exc})") from exc

@@ -1,9 +1,9 @@
-"""The Faiss first stage: build (FlatIP or PQ), move to a device, search fast.
+"""The Faiss engine: build the first stage (FlatIP or PQ), search it fast, and :class:`FaissStore`.
 
-Facts this module builds on (DESIGN §10, re-measured on the 2-core build box):
-Faiss runs on the CPU only: the GPU first stage is :mod:`densehybrid.index.device_search`
+Faiss runs on the CPU only: the GPU engine is :mod:`densehybrid.index.engines.torch_engine`
 (exact torch matmul + top-k), because the faiss-gpu-cu12 wheels carry no sm_90 kernels and a
-Faiss assertion aborts the whole process (DESIGN §6).
+Faiss assertion aborts the whole process. Facts this module builds on (measured on the
+2-core build box):
 
 - batch-1 scans are faster with one OpenMP thread (memory bound; a second
   thread only adds contention), so ``search`` drops to one thread for nq == 1;
@@ -22,6 +22,10 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from densehybrid.index import fusion, gip
+from densehybrid.index.engines.host import HostRows
+from densehybrid.index.vector_store import VectorStore
+
 log = logging.getLogger(__name__)
 
 # nq * d above which Faiss uses BLAS: 16 queries at d = 768. Measured here (200k x 768, faiss-cpu
@@ -32,7 +36,7 @@ BATCHED_BLAS_THRESHOLD = 16 * 768
 
 @dataclass(frozen=True)
 class PQConfig:
-    """IndexPQ first stage (DHR Table 12 rows 4-5): ``m`` sub-quantizers of ``nbits`` each."""
+    """IndexPQ first stage (as in the DHR paper's PQ rows): ``m`` sub-quantizers of ``nbits`` each."""
 
     m: int
     nbits: int = 8
@@ -100,3 +104,28 @@ def search(index: faiss.Index, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.n
         with omp_threads(1):
             return index.search(xq, k)
     return index.search(xq, k)
+
+
+class FaissStore(HostRows, VectorStore):
+    """A local index on the CPU: Faiss for the first stage, numpy over the float16 rows for the rerank.
+
+    faiss_index: FlatIP or PQ over the N rows; values (N, dim) float16, gates (N, G) uint8 or None.
+    """
+
+    def __init__(self, faiss_index: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids):
+        super().__init__(values, gates, doc_ids)
+        self.faiss = faiss_index
+        tune_blas()
+
+    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, rows = search(self.faiss, xq, depth)
+        return gip.sort_by_score(scores, rows, depth)
+
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return gip.rerank(xq, gq, self.values, self.gates, rows, k)
+
+    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        safe = np.where(rows >= 0, rows, 0)
+        lexical, dense = fusion.split_query(xq, 0 if self.gates is None else self.gates.shape[1])
+        return (gip.score_rows(lexical, gq, self.values, self.gates, safe),
+                gip.score_rows(dense, gq, self.values, self.gates, safe))

@@ -1,0 +1,79 @@
+"""Passage texts of an index: the SQLite table ``docs(row, id, title, text)``, written once, read shared."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DOCS = "docs.sqlite"
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    text: str
+
+
+class DocTable:
+    """Read-only passage texts in SQLite; safe to share between threads."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        uri = f"file:{self.path}?mode=ro&immutable=1"
+        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    def _rows(self, sql: str, args: Sequence) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def count(self) -> int:
+        return self._rows("SELECT COUNT(*) FROM docs", ())[0][0]
+
+    def get(self, doc_id: str) -> Document | None:
+        rows = self._rows("SELECT id, title, text FROM docs WHERE id = ?", (doc_id,))
+        return Document(*rows[0]) if rows else None
+
+    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
+        """Documents for ``ids`` in the same order; None for unknown ids."""
+        found: dict[str, Document] = {}
+        unique = list(dict.fromkeys(ids))
+        for s in range(0, len(unique), 500):
+            chunk = unique[s:s + 500]
+            sql = f"SELECT id, title, text FROM docs WHERE id IN ({','.join('?' * len(chunk))})"
+            found.update((r[0], Document(*r)) for r in self._rows(sql, chunk))
+        return [found.get(i) for i in ids]
+
+    def iter_rows(self, batch: int = 10_000) -> Iterable[Document]:
+        """Every document in row order."""
+        last = -1
+        while True:
+            rows = self._rows("SELECT row, id, title, text FROM docs WHERE row > ? ORDER BY row LIMIT ?", (last, batch))
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield from (Document(*r[1:]) for r in rows)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def write_docs(directory: Path, docs: Iterable[Document]) -> None:
+    """The table, written in one transaction so equal inputs give equal bytes."""
+    path = directory / DOCS
+    if path.exists():
+        path.unlink()
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode = OFF")
+        conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")
+        with conn:
+            conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
+                             ((i, d.id, d.title, d.text) for i, d in enumerate(docs)))
+    finally:
+        conn.close()

@@ -1,0 +1,24 @@
+"""What the local stores share: rows held in this process (memory maps of the index files)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from densehybrid.index import gip
+
+
+class HostRows:
+    """values (N, dim) float16 (a memory map is fine), gates (N, G) uint8 or None, ids in row order."""
+
+    def __init__(self, values: np.ndarray, gates: np.ndarray | None, doc_ids: Sequence[str]):
+        self.values, self.gates, self.doc_ids = values, gates, doc_ids
+
+    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float,
+                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+        # a scan that reads only the query's active columns: it stays on the host for every engine
+        return gip.approx_topk(xq, gq, self.values, self.gates, theta, depth)
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        return [self.doc_ids[r] for r in rows]

@@ -1,0 +1,141 @@
+"""The Milvus engine: a client that names its server in every error, and :class:`MilvusStore`.
+
+``pymilvus`` is imported lazily: without the ``[milvus]`` extra only Milvus commands fail,
+with the install line to run. The same code talks to Milvus Lite (a URI ending in ``.db``),
+a standalone server and a cluster (``http://host:19530``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from densehybrid.index import fusion, gip
+from densehybrid.index.errors import IndexAccessError, MilvusUnavailableError, SearchError
+from densehybrid.index.vector_store import VectorStore
+
+INSTALL_HINT = "pip install 'densehybrid[milvus]'"
+# Milvus caps one search's limit (topk) at 16 384 and one request's size; fetch in slices below both
+FETCH_SLICE = 1_000
+HEALTH_TIMEOUT_S = 2.0
+
+
+def load_pymilvus():
+    try:
+        import pymilvus
+    except ImportError as exc:
+        raise IndexAccessError(f"Milvus support is not installed: {INSTALL_HINT}") from exc
+    return pymilvus
+
+
+def connect(uri: str, *, timeout_s: float = 10.0):
+    """A ``MilvusClient`` for ``uri``; :class:`MilvusUnavailableError` naming the URI and cause."""
+    pymilvus = load_pymilvus()
+    try:
+        client = pymilvus.MilvusClient(uri=uri, timeout=timeout_s)
+        client.list_collections()
+    except Exception as exc:  # noqa: BLE001 - any client failure is "unreachable", with its cause
+        raise MilvusUnavailableError(f"cannot reach Milvus at {uri}: {type(exc).__name__}: {exc}") from exc
+    return client
+
+
+def call(uri: str, what: str, fn: Callable, *args, **kwargs):
+    """Run one client call; connection and server errors become :class:`MilvusUnavailableError`."""
+    try:
+        return fn(*args, **kwargs)
+    except IndexAccessError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise MilvusUnavailableError(f"Milvus at {uri}: {what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+
+# -- searching ---------------------------------------------------------------------
+
+class MilvusStore(VectorStore):
+    """A collection as a :class:`~densehybrid.index.vector_store.VectorStore`: FLAT/IP search in Milvus,
+    the exact rerank in numpy on the candidates' vectors, fetched once per search."""
+
+    def __init__(self, client, uri: str, collection: str, dim: int, gated_dim: int):
+        self.client, self.uri, self.collection = client, uri, collection
+        self.dim, self.gated_dim = dim, gated_dim
+
+    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        found = call(self.uri, "search", self.client.search, self.collection, data=[q.tolist() for q in xq],
+                      anns_field="vector", limit=depth, search_params={"metric_type": "IP"}, output_fields=["row"])
+        scores = np.full((len(xq), depth), -np.inf, dtype=np.float32)
+        rows = np.full((len(xq), depth), -1, dtype=np.int64)
+        for q, hits in enumerate(found):
+            for j, hit in enumerate(hits):
+                rows[q, j], scores[q, j] = int(hit["row"]), float(hit["distance"])
+        return gip.sort_by_score(scores, rows, depth)
+
+    def fetch(self, rows: Sequence[int], fields: list[str]) -> dict[int, dict]:
+        """{row: entity with ``fields``} for the given rows (missing rows are absent)."""
+        unique = sorted({int(r) for r in rows})
+        out: dict[int, dict] = {}
+        for s in range(0, len(unique), FETCH_SLICE):
+            got = call(self.uri, "get", self.client.get, self.collection, ids=unique[s:s + FETCH_SLICE],
+                        output_fields=["row", *fields])
+            out.update((int(e["row"]), e) for e in got)
+        return out
+
+    def vectors(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(rows (U,), values (U, dim) float16 as the local index stores them, gates (U, G) uint8 or None)."""
+        fields = ["vector"] + (["gates"] if self.gated_dim else [])
+        entities = self.fetch(rows, fields)
+        fetched = np.array(sorted(entities), dtype=np.int64)
+        values = np.array([entities[r]["vector"] for r in fetched], dtype=np.float32).reshape(-1, self.dim).astype(np.float16)
+        gates = (np.array([entities[r]["gates"] for r in fetched], dtype=np.uint8).reshape(-1, self.gated_dim)
+                 if self.gated_dim else None)
+        return fetched, values, gates
+
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        fetched, values, gates = self.vectors(rows[rows >= 0])
+        return rerank_fetched(xq, gq, rows, k, fetched, values, gates)
+
+    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float,
+                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+        raise SearchError("first stage approx_gip needs a local index; a Milvus collection serves ip")
+
+    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Both parts of the candidates from one fetch of their vectors."""
+        fetched, values, gates = self.vectors(rows[rows >= 0])
+        lexical, dense = score_fetched(list(fusion.split_query(xq, self.gated_dim)), gq, rows, fetched, values, gates)
+        return lexical, dense
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        entities = self.fetch(rows, ["doc_id"])
+        return [entities[int(r)]["doc_id"] for r in rows]
+
+    def healthy(self) -> bool:
+        try:
+            # bounded: a server that went away must not hold /ready (the client retries otherwise)
+            self.client.get_load_state(self.collection, timeout=HEALTH_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - any failure means "not serving now"
+            return False
+        return True
+
+
+def rerank_fetched(xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int, fetched_rows: np.ndarray,
+                   values: np.ndarray, gates: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gip.rerank` over vectors fetched for ``fetched_rows`` (U,) only, e.g. from a remote store.
+
+    ``values`` (U, dim) and ``gates`` (U, G) are the stored vectors of ``fetched_rows``;
+    ``rows`` (Q, K) are index rows (-1 = none), every one of them in ``fetched_rows``.
+    """
+    valid = rows >= 0
+    scores = score_fetched([xq], gq, rows, fetched_rows, values, gates)[0]
+    return gip.sort_by_score(scores, np.where(valid, rows, -1), k)
+
+
+def score_fetched(xqs: Sequence[np.ndarray], gq: np.ndarray | None, rows: np.ndarray, fetched_rows: np.ndarray,
+                  values: np.ndarray, gates: np.ndarray | None) -> list[np.ndarray]:
+    """:func:`gip.score_rows` for each of ``xqs`` over vectors fetched for ``fetched_rows`` only."""
+    order = np.argsort(fetched_rows, kind="stable")
+    valid = rows >= 0
+    position = np.searchsorted(fetched_rows[order], np.where(valid, rows, fetched_rows.min(initial=0)))
+    local = order[np.minimum(position, max(len(order) - 1, 0))] if len(order) else np.zeros_like(rows)
+    safe = np.where(valid, local, 0)
+    return [gip.score_rows(xq, gq, values, gates, safe) for xq in xqs]

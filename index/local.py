@@ -1,0 +1,76 @@
+"""A loaded local index directory as served: memory-mapped rows, a Faiss first stage, SQLite texts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.index.documents import DocTable, Document
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.engines.torch_engine import TorchStore, search_devices
+from densehybrid.index.searcher import Searcher
+from densehybrid.index.served import ManifestView, SearchResults, StoredIndex
+from densehybrid.index.vector_store import VectorStore
+
+
+@dataclass(eq=False)
+class IndexFiles(ManifestView, StoredIndex):
+    """A loaded, verified index (``index.files.load_index``). ``values`` and ``gates`` are read-only memory maps."""
+
+    path: Path
+    manifest: dict
+    spec: EncoderSpec
+    doc_ids: list[str]
+    values: np.ndarray
+    gates: np.ndarray | None
+    faiss: faiss.Index
+    docs: DocTable
+    _row_by_id: dict[str, int] | None = field(default=None, repr=False)
+    _searcher: Searcher | None = field(default=None, repr=False)
+
+    remote = False
+    writable = False  # a published generation never changes; writes go through ``index.live.LiveIndex``
+
+    @property
+    def first_stage_kind(self) -> str:
+        return faiss_engine.first_stage_description(self.faiss)
+
+    def row_of(self, doc_id: str) -> int | None:
+        if self._row_by_id is None:
+            self._row_by_id = {d: i for i, d in enumerate(self.doc_ids)}
+        return self._row_by_id.get(doc_id)
+
+    def contains(self, doc_id: str) -> bool:
+        return self.row_of(doc_id) is not None
+
+    def get(self, doc_id: str) -> Document | None:
+        return self.docs.get(doc_id)
+
+    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
+        return self.docs.get_many(ids)
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        return [self.doc_ids[r] for r in rows]
+
+    def healthy(self) -> bool:
+        return True
+
+    def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
+                     engine: str | None = None) -> VectorStore:
+        """Faiss on the CPU; the exact torch engine on a CUDA device (or on the CPU when asked)."""
+        on_gpu = device.startswith("cuda")
+        if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
+            return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
+        half = on_gpu if float16 is None else float16
+        return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)
+
+    def search(self, queries: Encoded, **params) -> SearchResults:
+        """A CPU search (for scripts and tests; a server builds its own searcher for its search device)."""
+        if self._searcher is None:
+            self._searcher = Searcher(self)
+        return self._searcher.search(queries, **params)

@@ -1,0 +1,123 @@
+"""What the service and the commands need of a served index, whatever holds its rows.
+
+Three classes serve an index: :class:`~densehybrid.index.local.IndexFiles` (a local
+directory), :class:`~densehybrid.index.milvus.MilvusIndex` (a Milvus collection) and
+:class:`~densehybrid.index.live.LiveIndex` (either of those plus the writes since). Each
+declares :class:`ServedIndex`; the first two also hand the searcher their vector store
+(:class:`StoredIndex`). Callers ask ``remote``/``writable`` instead of probing attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
+
+if TYPE_CHECKING:
+    from densehybrid.index.documents import Document
+    from densehybrid.index.vector_store import VectorStore
+
+
+@dataclass
+class SearchResults:
+    """Per query: ids, scores and index rows, best first; ``timing`` in milliseconds."""
+
+    ids: list[list[str]]
+    scores: list[list[float]]
+    rows: list[list[int]]
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+class ManifestView:
+    """The manifest's fields as typed properties: one implementation for every index class."""
+
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def count(self) -> int:
+        return int(self.manifest["count"])
+
+    @property
+    def lam(self) -> float:
+        """The index's default λ for the dense part of ``dhr``/``fusion`` queries."""
+        return float(self.manifest["lam"])
+
+    @property
+    def fusion_method(self) -> str:
+        """How ``dhr``/``fusion`` searches mix the two parts by default (``index.fusion``); indexes
+        built before the manifest recorded it use the raw λ sum."""
+        return str(self.manifest.get("fusion", {}).get("method", "lambda"))
+
+    @property
+    def dense_weight(self) -> float:
+        """The dense part's weight in the normalised fusion methods."""
+        return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
+
+
+@runtime_checkable
+class ServedIndex(Protocol):
+    """An index as the service serves it: its description, its documents and search."""
+
+    manifest: dict
+    spec: EncoderSpec
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def lam(self) -> float: ...
+
+    @property
+    def fusion_method(self) -> str: ...
+
+    @property
+    def dense_weight(self) -> float: ...
+
+    @property
+    def remote(self) -> bool:
+        """Whether the rows live in another service (Milvus), not in this process."""
+
+    @property
+    def writable(self) -> bool:
+        """Whether ``upsert``/``delete`` are accepted."""
+
+    def get(self, doc_id: str) -> Document | None: ...
+
+    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
+        """Documents for ``ids`` in the same order; None for unknown ids."""
+
+    def contains(self, doc_id: str) -> bool: ...
+
+    def row_of(self, doc_id: str) -> int | None: ...
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        """Document ids of index rows, in the given order."""
+
+    def search(self, queries: Encoded, **params) -> SearchResults:
+        """Top ``k`` per query (the parameters of :meth:`densehybrid.index.searcher.Searcher.search`)."""
+
+    def healthy(self) -> bool:
+        """Whether the index answers now (a local one always does)."""
+
+
+@runtime_checkable
+class StoredIndex(ServedIndex, Protocol):
+    """A served index whose rows sit in one vector store (no pending writes): what a searcher searches."""
+
+    @property
+    def first_stage_kind(self) -> str:
+        """``flat_ip``, ``pq`` or ``milvus``: which search devices can serve it."""
+
+    def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
+                     engine: str | None = None) -> VectorStore:
+        """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``)."""

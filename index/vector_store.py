@@ -1,0 +1,41 @@
+"""Where an index's vectors live, as the searcher sees them: one protocol, one implementation per engine.
+
+The engines (``index.engines``): ``faiss_engine.FaissStore`` (CPU; flat or PQ first stage),
+``torch_engine.TorchStore`` (exact, resident on CPU or GPU devices) and
+``milvus_engine.MilvusStore`` (a collection). :class:`~densehybrid.index.searcher.Searcher`
+takes one from the index when it is built and never asks which it has.
+
+Shared conventions: ``xq (Q, dim)`` float32 queries, already λ-scaled; ``gq (Q, G)`` uint8
+query gates or None; ``rows (Q, K)`` int64 index rows, -1 for none. Results are sorted by
+score descending, ties by row ascending, -1 rows (score -inf) last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """First stage by plain inner product -> scores, rows (Q, min(depth, N))."""
+
+    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float,
+                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """First stage by approximate GIP (gated query dims above ``theta`` only) -> scores, rows;
+        raises :class:`~densehybrid.index.errors.SearchError` where the store cannot."""
+
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact GIP of the candidate ``rows`` (Q, K) -> the top ``k`` (scores, rows) per query."""
+
+    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None,
+                    rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact scores (Q, K) float32 of the candidate ``rows`` by each part: (gated GIP, open
+        inner product), from one read of the rows; cells where ``rows`` is -1 are meaningless."""
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        """Document ids of index rows, in the given order."""
