@@ -72,5 +72,6 @@ def lambda_auto_error(command: str) -> str:
             "(e.g. --lambda 0.5) or leave it out to use the index's λ")
 
 
-with_encoder_options = with_flags(ENCODER_FLAGS, "encoder", EncoderOptions.from_flags)
-with_encoder_options.__doc__ = "Decorate a typer command that takes ``encoder: EncoderOptions`` to expose the shared flags."
+def with_encoder_options(command):
+    """Decorate a typer command that takes ``encoder: EncoderOptions`` to expose the shared flags."""
+    return with_flags(ENCODER_FLAGS, "encoder", EncoderOptions.from_flags)(command)

@@ -17,9 +17,14 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from densehybrid.encoder.choices import Backend, Kind, Pooling
-from densehybrid.encoder.config import EncoderConfig
+from densehybrid.encoder.config import (
+    DEFAULT_AGG_DIM, DEFAULT_DLR_DIM, DEFAULT_LAMBDA, DEFAULT_MAX_PASSAGE_LENGTH, DEFAULT_MAX_QUERY_LENGTH, EncoderConfig,
+)
 
 log = logging.getLogger(__name__)
+
+# the encoder settings default to None: the index's value, else the model directory's, else this
+_UNSET = " (default: the index's, the model's, else {})"
 
 
 class ServiceSettings(BaseSettings):
@@ -38,14 +43,15 @@ class ServiceSettings(BaseSettings):
     dense_model: str | None = Field(None, description="dense model of a fusion retriever (no index)")
     # the rest of the encoder flags `index build` takes (None: the index's, else the model directory's)
     skip_mlm: bool | None = Field(None, description="Aggretriever 'w/o MLM': lexical part without the MLM head")
-    agg_dim: int | None = Field(None, ge=1, description="Aggretriever aggregated dims")
-    dlr_dim: int | None = Field(None, ge=1, description="DLR dims (dhr, dlr, fusion)")
+    agg_dim: int | None = Field(None, ge=1, description=f"Aggretriever aggregated dims{_UNSET.format(DEFAULT_AGG_DIM)}")
+    dlr_dim: int | None = Field(None, ge=1, description=f"DLR dims (dhr, dlr, fusion){_UNSET.format(DEFAULT_DLR_DIM)}")
     lam: float | None = Field(None, allow_inf_nan=False, validation_alias=AliasChoices("lam", "densehybrid_lambda"),
-                              description="weight of the query's dense part (dhr, fusion)")
+                              description=f"weight of the query's dense part (dhr, fusion){_UNSET.format(DEFAULT_LAMBDA)}")
     pooling: Pooling | None = Field(None, description="cls kind: [CLS] or mean pooling")
     normalize: bool | None = Field(None, description="cls kind: L2-normalise the pooled vector")
-    max_query_length: int | None = Field(None, ge=1, description="query tokens kept")
-    max_passage_length: int | None = Field(None, ge=1, description="passage tokens kept")
+    max_query_length: int | None = Field(None, ge=1, description=f"query tokens kept{_UNSET.format(DEFAULT_MAX_QUERY_LENGTH)}")
+    max_passage_length: int | None = Field(None, ge=1,
+                                           description=f"passage tokens kept{_UNSET.format(DEFAULT_MAX_PASSAGE_LENGTH)}")
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1); default: a GPU if present")
     search_device: str = Field("auto", description="where the first stage and rerank run: auto (a GPU when torch sees "
                                "one and the index is exact FlatIP), cpu (Faiss), cuda (every GPU), cuda:N (one GPU)")

@@ -75,12 +75,11 @@ def test_index_alone_rebuilds_the_encoder_its_manifest_names(index_dir, monkeypa
     from densehybrid.encoder import loading
 
     calls = []
-    monkeypatch.setattr(loading, "load_encoder", lambda model, **kw: calls.append((model, kw)) or
-                        FakeEncoder("dhr"))
+    monkeypatch.setattr(loading, "load_encoder", lambda config, **kw: calls.append(config) or FakeEncoder("dhr"))
     load_components(ServiceSettings(index=index_dir))
     load_components(ServiceSettings(index=index_dir, model="other-path-to-same-model"))
-    assert [c[0] for c in calls] == ["fake-dhr", "other-path-to-same-model"]
-    assert calls[0][1]["kind"] == "dhr" and calls[0][1]["dlr_dim"] == 768 and calls[0][1]["max_query_length"] == 32
+    assert [c.model for c in calls] == ["fake-dhr", "other-path-to-same-model"]
+    assert (calls[0].kind, calls[0].dlr_dim, calls[0].max_query_length) == ("dhr", 768, 32)
 
 
 def test_a_client_that_leaves_takes_its_job_out_of_the_queue(index_dir):
