@@ -147,6 +147,37 @@ def test_compose_cpu_override_drops_the_gpu(compose):
         assert services[name]["image"].endswith(":cpu")
 
 
+def _dockerfile_arg_defaults() -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S*)$", (REPO / "Dockerfile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("files, args", [
+    (["-f", "docker-compose.yml"], {"CUDA_IMAGE": "DENSEHYBRID_CUDA_IMAGE",
+                                    "TORCH_INDEX_URL_GPU": "DENSEHYBRID_TORCH_INDEX_URL_GPU"}),
+    (COMPOSE_CPU, {"PYTHON_IMAGE": "DENSEHYBRID_PYTHON_IMAGE", "TORCH_INDEX_URL_CPU": "DENSEHYBRID_TORCH_INDEX_URL_CPU"}),
+], ids=["gpu", "cpu"])
+def test_compose_passes_base_image_and_torch_index_as_build_args(compose, files, args):
+    """Behind a mirror or an air gap: both come from the environment; unset, the Dockerfile's defaults."""
+    defaults = _dockerfile_arg_defaults()
+    for name in ("setup", "densehybrid"):
+        built = _resolved(compose, *files)["services"][name]["build"]["args"]
+        assert {arg: built[arg] for arg in args} == {arg: defaults[arg] for arg in args}
+    mirrored = {variable: f"mirror.example/{arg.lower()}" for arg, variable in args.items()}
+    proc = compose_config(compose, *files, "--profile", "setup", "config", "--format", "json", env=mirrored)
+    assert proc.returncode == 0, proc.stderr
+    built = json.loads(proc.stdout)["services"]["densehybrid"]["build"]["args"]
+    assert {arg: built[arg] for arg in args} == {arg: mirrored[variable] for arg, variable in args.items()}
+    # an empty index means pip's configured one (deploy/install.sh), not the default
+    index = next(arg for arg in args if arg.startswith("TORCH_INDEX_URL"))
+    proc = compose_config(compose, *files, "config", "--format", "json", env={args[index]: ""})
+    assert json.loads(proc.stdout)["services"]["densehybrid"]["build"]["args"][index] == ""
+
+
+def test_dockerfile_builds_offline_with_the_builtin_frontend():
+    """A "# syntax=" line makes BuildKit fetch its frontend from a registry: offline builds fail."""
+    assert not re.search(r"^#\s*syntax\s*=", (REPO / "Dockerfile").read_text(), re.M | re.I)
+
+
 def test_compose_mounts_what_the_stack_reads(compose):
     services = _resolved(compose, "-f", "docker-compose.yml")["services"]
     binds = [v["source"] for s in services.values() for v in s.get("volumes", []) if v["type"] == "bind"]
