@@ -520,6 +520,27 @@ def test_setup_keeps_an_existing_index_and_still_exports_its_model(tmp_path):
 def test_setup_without_a_corpus_fails_clearly(tmp_path):
     proc, calls = _run_setup(tmp_path)
     assert proc.returncode == 1 and "corpus" in proc.stderr and calls == []
+    (failed,) = [line for line in proc.stderr.splitlines() if line.startswith("setup: FAILED")]
+    assert "while building the index" in failed
+
+
+@pytest.mark.parametrize("failing, step", [("models fetch", "fetching the models"),
+                                           ("index build", "building the index"),
+                                           ("models export-onnx", "exporting the ONNX graphs")])
+def test_setup_fails_loudly_at_any_step(tmp_path, failing, step):
+    """Every step's failure ends the run non-zero with one line naming the step (the last one too)."""
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "D0", "text": "x"}\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "densehybrid").write_text(f'#!/bin/sh\ncase "$*" in "{failing}"*) echo boom >&2; exit 3;; esac\n')
+    (bin_dir / "densehybrid").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DENSEHYBRID_MODEL": "splade-tiny",
+           "DENSEHYBRID_FETCH_MODELS": "splade-tiny", "DENSEHYBRID_CORPUS": str(tmp_path / "corpus.jsonl"),
+           "DENSEHYBRID_INDEX": str(tmp_path / "ix" / "default")}
+    proc = run(["sh", str(DEPLOY / "setup.sh")], env=env)
+    assert proc.returncode == 3
+    (failed,) = [line for line in proc.stderr.splitlines() if line.startswith("setup: FAILED")]
+    assert f"(exit 3) while {step}" in failed and proc.stderr.splitlines()[-1] == failed
 
 
 # --------------------------------------------------------------- Compose profile "milvus" (issue 16)
