@@ -9,13 +9,14 @@
 # DENSEHYBRID_INDEX at a new name (or remove the volume).
 set -eu
 
-# A failed setup is loud: one line naming the step, on stderr, and a non-zero exit, so that
-# `docker compose up` stops there and no replica starts on a missing or half-built index.
+# A failed setup is loud: one line naming the step, on stderr, and a non-zero exit, which
+# `docker compose up` reports as its own failure. An index is published by a rename only once
+# built, so a failed build leaves none: the replicas refuse to start on it, never healthy.
 step="checking the settings"
 report_failure() {
     code=$?
     if [ "$code" -ne 0 ]; then
-        echo "setup: FAILED (exit $code) while $step; no replica will start (the error is above)" >&2
+        echo "setup: FAILED (exit $code) while $step (the error is above)" >&2
     fi
 }
 trap report_failure EXIT

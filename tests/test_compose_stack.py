@@ -292,9 +292,13 @@ def test_killing_one_of_two_replicas_loses_only_its_requests_in_flight(running):
     assert len(replicas) == 2
     running.timings["scale_up_s"] = round(time.monotonic() - started, 1)
     victim, survivor = replicas
-    for _ in range(10):
-        running.search_ids()
-    assert all(running.replica_search_count(c) > 0 for c in replicas), "the balancer did not spread the load"
+
+    def both_served() -> bool:
+        for _ in range(10):
+            running.search_ids()
+        return all(running.replica_search_count(c) > 0 for c in replicas)
+
+    running.wait_for("the balancer spreads requests over both replicas", both_served, 30)
 
     # A bounded client loop: 4 clients, each until stopped or 500 requests.
     outcomes: list[tuple[float, float, int | str]] = []
@@ -323,6 +327,8 @@ def test_killing_one_of_two_replicas_loses_only_its_requests_in_flight(running):
     for t in clients:
         t.join(timeout=30)
     failed = [(b - kill_begun, e - kill_begun, s) for b, e, s in outcomes if s != 200]
+    after_kill = [s for b, _, s in outcomes if b > kill_done]
+    print(f"kill under load: {len(outcomes)} requests, {len(after_kill)} begun after the kill, failed: {failed}")
     assert len(outcomes) > 20, len(outcomes)
     # lost: only requests already on their way when the replica died (at most one per client)
     assert len(failed) <= len(clients), failed
@@ -362,15 +368,22 @@ def test_a_failed_setup_is_loud_and_nothing_serves_an_empty_index(running, corpu
     logs = running.docker("logs", setup)
     setup_log = (logs.stdout + logs.stderr).strip().splitlines()
     failure = [line for line in setup_log if line.startswith("setup: FAILED")]
+    print(f"setup with {corpus_file}: exit {running.inspect(setup)['State']['ExitCode']}; last lines:",
+          *setup_log[-2:], sep="\n  ")
     assert len(failure) == 1 and failure[0] == setup_log[-1], setup_log[-5:]
     assert f"while building the index /data/indexes/{index_name} from /corpus/{corpus_file}" in failure[0]
     assert any(message in line for line in setup_log[:-1]), setup_log[-5:]  # the step's own error, above
-    # no replica is healthy and the balancer serves nothing
-    for replica in running.containers("densehybrid", all_states=True):
-        health = running.inspect(replica)["State"].get("Health", {}).get("Status")
-        assert health != "healthy", health
+    # The replica starts all the same (setup is an optional dependency, so that a plain `up` works
+    # once an index exists) but no index was published: it refuses to serve, never healthy, and the
+    # balancer, which waits for a healthy replica, never starts.
+    (replica,) = running.containers("densehybrid", all_states=True)
+    running.wait_for("the replica refuses the missing index",
+                     lambda: f"/data/indexes/{index_name}: no such index directory" in running.logs("densehybrid"), 60)
+    assert running.inspect(replica)["State"].get("Health", {}).get("Status") != "healthy"
+    (lb,) = running.containers("lb", all_states=True)
+    assert running.inspect(lb)["State"]["Status"] == "created"
     try:
         status, _ = running.request("POST", "/search", {"query": QUERY}, timeout=5)
     except OSError:
         status = None
-    assert status != 200
+    assert status is None, status
