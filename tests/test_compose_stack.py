@@ -104,7 +104,8 @@ class Stack:
         proc = subprocess.run(cmd, cwd=REPO, env={**self.env, **(extra_env or {})}, capture_output=True,
                               text=True, timeout=timeout)
         if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
 
     def docker(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:

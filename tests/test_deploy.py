@@ -154,7 +154,8 @@ def _dockerfile_arg_defaults() -> dict[str, str]:
 @pytest.mark.parametrize("files, args", [
     (["-f", "docker-compose.yml"], {"CUDA_IMAGE": "DENSEHYBRID_CUDA_IMAGE",
                                     "TORCH_INDEX_URL_GPU": "DENSEHYBRID_TORCH_INDEX_URL_GPU"}),
-    (COMPOSE_CPU, {"PYTHON_IMAGE": "DENSEHYBRID_PYTHON_IMAGE", "TORCH_INDEX_URL_CPU": "DENSEHYBRID_TORCH_INDEX_URL_CPU"}),
+    (COMPOSE_CPU, {"PYTHON_IMAGE": "DENSEHYBRID_PYTHON_IMAGE",
+                   "TORCH_INDEX_URL_CPU": "DENSEHYBRID_TORCH_INDEX_URL_CPU"}),
 ], ids=["gpu", "cpu"])
 def test_compose_passes_base_image_and_torch_index_as_build_args(compose, files, args):
     """Behind a mirror or an air gap: both come from the environment; unset, the Dockerfile's defaults."""
