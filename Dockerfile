@@ -1,10 +1,13 @@
-# syntax=docker/dockerfile:1
-#
 # densehybrid images (BuildKit, the default builder since Docker 23):
 #   GPU (default): docker build -t densehybrid:gpu .
 #   CPU only:      docker build --build-arg VARIANT=cpu -t densehybrid:cpu .
 # Both install with deploy/install.sh, the same script tests/test_deploy_install.py
 # runs in a fresh venv. See README "Deploy".
+#
+# No "# syntax=" line: that makes BuildKit fetch its frontend image from a registry,
+# which fails offline; the built-in frontend handles RUN --mount and COPY --chmod.
+# The base images and torch indexes below are build arguments (Compose passes them
+# from DENSEHYBRID_PYTHON_IMAGE, DENSEHYBRID_CUDA_IMAGE, DENSEHYBRID_TORCH_INDEX_URL_*).
 
 # VARIANT picks the base of both the build and the runtime stage, so the venv is
 # built against the same interpreter it runs on.

@@ -76,12 +76,13 @@ def models_export_onnx(
     the model flags `serve` takes."""
     from densehybrid.encoder.backends.onnx_backend import default_cache_root
     from densehybrid.service.runtime import StartupError, load_components
-    from densehybrid.service.settings import ServiceSettings
+    from densehybrid.service.settings import OfflineSettings
 
     if index is None and encoder.model is None:
         fail("give --index DIR (its manifest names the model) or --model M")
     try:  # the graphs are the same for every provider: exported on the CPU
-        settings = ServiceSettings(**{**encoder.serve_settings(), "index": index, "backend": "onnx", "device": "cpu"})
+        # offline: loads what `serve` would, listens nowhere (no host or API-key checks)
+        settings = OfflineSettings(**{**encoder.serve_settings(), "index": index, "backend": "onnx", "device": "cpu"})
         exported, _ = load_components(settings)
     except (StartupError, ValueError) as exc:
         fail(exc)

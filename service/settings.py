@@ -12,6 +12,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +32,9 @@ class ServiceSettings(BaseSettings):
     """Settings of one ``densehybrid serve`` process (one model, at most one index)."""
 
     model_config = SettingsConfigDict(env_prefix="DENSEHYBRID_", extra="ignore", validate_default=True)
+    # Whether these settings start a listening server: only then do host, API key and allow_open
+    # have to agree (OfflineSettings below does not listen).
+    listens: ClassVar[bool] = True
 
     model: str | None = Field(None, description="model directory or zoo name; defaults to the one the index manifest names")
     index: Path | None = Field(None, description="index directory; without one the service is encode-only")
@@ -132,7 +136,7 @@ class ServiceSettings(BaseSettings):
     def _no_open_service_by_accident(self) -> "ServiceSettings":
         # Safe by default: a keyless service is fine on loopback (development, tests),
         # anywhere else the operator must say so.
-        if self.api_key is None and not self.allow_open and not is_loopback(self.host):
+        if self.listens and self.api_key is None and not self.allow_open and not is_loopback(self.host):
             raise ValueError(f"no API key set while listening on {self.host}: set DENSEHYBRID_API_KEY "
                              "(deploy/init-env.sh generates one), or DENSEHYBRID_ALLOW_OPEN=true to serve without one")
         return self
@@ -159,6 +163,14 @@ class ServiceSettings(BaseSettings):
     def encoder_config(self) -> EncoderConfig:
         """The model and encoder settings given (``None`` where not: the index's or the model's decide)."""
         return EncoderConfig(**{name: getattr(self, name) for name in EncoderConfig.field_names()})
+
+
+class OfflineSettings(ServiceSettings):
+    """The same settings for a command that loads model and index but never listens (``models
+    export-onnx``): the listening checks do not apply, so the image's DENSEHYBRID_HOST=0.0.0.0 without
+    an API key (the Compose setup run) is no error there."""
+
+    listens: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)

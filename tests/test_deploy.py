@@ -147,6 +147,38 @@ def test_compose_cpu_override_drops_the_gpu(compose):
         assert services[name]["image"].endswith(":cpu")
 
 
+def _dockerfile_arg_defaults() -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S*)$", (REPO / "Dockerfile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("files, args", [
+    (["-f", "docker-compose.yml"], {"CUDA_IMAGE": "DENSEHYBRID_CUDA_IMAGE",
+                                    "TORCH_INDEX_URL_GPU": "DENSEHYBRID_TORCH_INDEX_URL_GPU"}),
+    (COMPOSE_CPU, {"PYTHON_IMAGE": "DENSEHYBRID_PYTHON_IMAGE",
+                   "TORCH_INDEX_URL_CPU": "DENSEHYBRID_TORCH_INDEX_URL_CPU"}),
+], ids=["gpu", "cpu"])
+def test_compose_passes_base_image_and_torch_index_as_build_args(compose, files, args):
+    """Behind a mirror or an air gap: both come from the environment; unset, the Dockerfile's defaults."""
+    defaults = _dockerfile_arg_defaults()
+    for name in ("setup", "densehybrid"):
+        built = _resolved(compose, *files)["services"][name]["build"]["args"]
+        assert {arg: built[arg] for arg in args} == {arg: defaults[arg] for arg in args}
+    mirrored = {variable: f"mirror.example/{arg.lower()}" for arg, variable in args.items()}
+    proc = compose_config(compose, *files, "--profile", "setup", "config", "--format", "json", env=mirrored)
+    assert proc.returncode == 0, proc.stderr
+    built = json.loads(proc.stdout)["services"]["densehybrid"]["build"]["args"]
+    assert {arg: built[arg] for arg in args} == {arg: mirrored[variable] for arg, variable in args.items()}
+    # an empty index means pip's configured one (deploy/install.sh), not the default
+    index = next(arg for arg in args if arg.startswith("TORCH_INDEX_URL"))
+    proc = compose_config(compose, *files, "config", "--format", "json", env={args[index]: ""})
+    assert json.loads(proc.stdout)["services"]["densehybrid"]["build"]["args"][index] == ""
+
+
+def test_dockerfile_builds_offline_with_the_builtin_frontend():
+    """A "# syntax=" line makes BuildKit fetch its frontend from a registry: offline builds fail."""
+    assert not re.search(r"^#\s*syntax\s*=", (REPO / "Dockerfile").read_text(), re.M | re.I)
+
+
 def test_compose_mounts_what_the_stack_reads(compose):
     services = _resolved(compose, "-f", "docker-compose.yml")["services"]
     binds = [v["source"] for s in services.values() for v in s.get("volumes", []) if v["type"] == "bind"]
@@ -489,6 +521,27 @@ def test_setup_keeps_an_existing_index_and_still_exports_its_model(tmp_path):
 def test_setup_without_a_corpus_fails_clearly(tmp_path):
     proc, calls = _run_setup(tmp_path)
     assert proc.returncode == 1 and "corpus" in proc.stderr and calls == []
+    (failed,) = [line for line in proc.stderr.splitlines() if line.startswith("setup: FAILED")]
+    assert "while building the index" in failed
+
+
+@pytest.mark.parametrize("failing, step", [("models fetch", "fetching the models"),
+                                           ("index build", "building the index"),
+                                           ("models export-onnx", "exporting the ONNX graphs")])
+def test_setup_fails_loudly_at_any_step(tmp_path, failing, step):
+    """Every step's failure ends the run non-zero with one line naming the step (the last one too)."""
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "D0", "text": "x"}\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "densehybrid").write_text(f'#!/bin/sh\ncase "$*" in "{failing}"*) echo boom >&2; exit 3;; esac\n')
+    (bin_dir / "densehybrid").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "DENSEHYBRID_MODEL": "splade-tiny",
+           "DENSEHYBRID_FETCH_MODELS": "splade-tiny", "DENSEHYBRID_CORPUS": str(tmp_path / "corpus.jsonl"),
+           "DENSEHYBRID_INDEX": str(tmp_path / "ix" / "default")}
+    proc = run(["sh", str(DEPLOY / "setup.sh")], env=env)
+    assert proc.returncode == 3
+    (failed,) = [line for line in proc.stderr.splitlines() if line.startswith("setup: FAILED")]
+    assert f"(exit 3) while {step}" in failed and proc.stderr.splitlines()[-1] == failed
 
 
 # --------------------------------------------------------------- Compose profile "milvus" (issue 16)

@@ -105,6 +105,22 @@ def test_models_export_onnx_fills_the_cache_a_read_only_server_needs(tiny_dir, m
     assert sorted(p.relative_to(tmp_path) for p in default_cache_root().rglob("*.onnx")) == exported
 
 
+def test_models_export_onnx_ignores_the_servers_listening_checks(tiny_dir, monkeypatch, tmp_path):
+    """The image sets DENSEHYBRID_HOST=0.0.0.0 and the Compose setup run has no API key: an offline
+    command listens nowhere, so that is no error (serve still refuses it: test_service_limits)."""
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+
+    monkeypatch.setenv("DENSEHYBRID_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DENSEHYBRID_HOST", "0.0.0.0")
+    monkeypatch.delenv("DENSEHYBRID_API_KEY", raising=False)
+    monkeypatch.delenv("DENSEHYBRID_ALLOW_OPEN", raising=False)
+    result = CliRunner().invoke(app, ["models", "export-onnx", "--model", str(tiny_dir), "--kind", "cls"])
+    assert result.exit_code == 0, result.output
+    assert "ONNX graphs in" in result.output and "API key" not in result.output
+
+
 def test_models_export_onnx_wants_a_model_or_an_index():
     from typer.testing import CliRunner
 

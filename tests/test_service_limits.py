@@ -168,6 +168,20 @@ def test_serve_refuses_before_loading_anything(monkeypatch):
     assert result.exit_code == 2 and "DENSEHYBRID_API_KEY" in result.output
 
 
+def test_serve_refuses_a_keyless_public_host_from_the_environment(monkeypatch):
+    """What the image sets (DENSEHYBRID_HOST=0.0.0.0): serve refuses without a key, offline settings do not."""
+    from densehybrid.cli.main import app
+    from densehybrid.service.settings import OfflineSettings
+
+    monkeypatch.setenv("DENSEHYBRID_HOST", "0.0.0.0")
+    monkeypatch.delenv("DENSEHYBRID_API_KEY", raising=False)
+    monkeypatch.delenv("DENSEHYBRID_ALLOW_OPEN", raising=False)
+    result = CliRunner().invoke(app, ["serve", "--model", "no-such-model"])
+    assert result.exit_code == 2 and "no API key set while listening on 0.0.0.0" in result.output
+    offline = OfflineSettings()
+    assert offline.host == "0.0.0.0" and offline.api_key is None
+
+
 def test_every_new_setting_has_a_serve_flag():
     from densehybrid.cli.main import app
 
