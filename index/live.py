@@ -303,6 +303,9 @@ class LiveIndex:
         d = state.delta
         return _DeltaRows(state.base.spec, d.values16, d.gates, len(d)), row - state.base.count
 
+    def healthy(self) -> bool:
+        return self.base.healthy()
+
     # -- search --
     def search(self, queries: Encoded, **params) -> SearchResults:
         state = self._state

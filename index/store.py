@@ -141,6 +141,9 @@ class IndexFiles:
     def name(self) -> str:
         return self.manifest["name"]
 
+    def healthy(self) -> bool:
+        return True  # local files: nothing remote to lose
+
     @property
     def count(self) -> int:
         return int(self.manifest["count"])
