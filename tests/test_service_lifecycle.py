@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index.store import VALUES
 from densehybrid.service.app import create_app
-from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer, build_toy_index, free_port, stop_process
 
