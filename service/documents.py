@@ -55,7 +55,8 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)
     rt.compactor.maybe_start()
     timing = record(request, {"queue_ms": done.queue_ms, "encode_ms": done.encode_ms,
-                              "log_ms": ms(time.perf_counter() - logged), "total_ms": ms(time.perf_counter() - started)})
+                              "log_ms": ms(time.perf_counter() - logged),
+                              "total_ms": ms(time.perf_counter() - started)})
     return {"ids": [d.id for d in docs], "seq": seq, "documents": index.count, "timing": timing}
 
 

@@ -130,8 +130,8 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         _check_explain_cost(rt, len(texts), k)
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
-    params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion) if k else None
-    per_query, timing = await rt.pipeline.search(request, texts, params,
+    params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion)
+    per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam))
     if per_query is None:
         per_query = [[] for _ in texts]

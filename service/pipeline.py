@@ -181,10 +181,13 @@ class Pipeline:
             raise
         except Exception as exc:  # noqa: BLE001 - reported as a JSON error, the server keeps serving
             raise search_error(exc, self.retry_after_s) from exc
-        encoded, found, shaped = (done, None, None) if params is None else (done.encoded, done.found, done.shaped)
+        if params is None:
+            encoded, search_ms, rerank_ms, shaped = done, 0.0, 0.0, None
+        else:
+            encoded, shaped = done.encoded, done.shaped
+            search_ms, rerank_ms = done.found.search_ms, done.found.rerank_ms
         timing = {"queue_ms": round(encoded.queue_ms, 3), "encode_ms": round(encoded.encode_ms, 3),
-                  "search_ms": round(found.search_ms, 3) if found else 0.0,
-                  "rerank_ms": round(found.rerank_ms, 3) if found else 0.0,
+                  "search_ms": round(search_ms, 3), "rerank_ms": round(rerank_ms, 3),
                   "total_ms": ms(time.perf_counter() - started)}
         return shaped, record(request, timing)
 
@@ -206,8 +209,9 @@ class Pipeline:
         items = await self.tokenize(texts, "query")
         outcome, value, seconds = await self.wait(request, self.batcher.submit(
             items, "query", then=functools.partial(self._on_pool, fn)))
-        return value, record(request, {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
-                                       stage: ms(seconds), "total_ms": ms(time.perf_counter() - started)})
+        timing = {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
+                  stage: ms(seconds), "total_ms": ms(time.perf_counter() - started)}
+        return value, record(request, timing)
 
     def _on_pool(self, fn, outcome: EncodeOutcome, future: Future) -> None:
         def run() -> None:
