@@ -19,6 +19,8 @@ Thread hand-offs and future kinds of one ``/search``:
 - after: loop (tokenize) -> encoder thread -> search thread (search and shaping) -> loop: 3
   hand-offs whatever is asked, through one ``concurrent.futures.Future`` per request, seen by the
   loop through one ``asyncio.Future``; the disconnect watcher is the only task.
+
+Inputs too big to tokenize on the loop add a round trip to a tokenizer thread, before as after.
 """
 
 from __future__ import annotations
