@@ -89,8 +89,19 @@ class SearchBatcher:
             self._pending.setdefault(params, []).append(job)
             start_drain, self._scheduled = not self._scheduled, True
         if start_drain:
-            self.executor.submit(self._drain)
+            try:
+                self.executor.submit(self._drain)
+            except RuntimeError as exc:  # the search threads are shut down: nothing would ever drain these
+                self._abandon(exc)
         return job.future
+
+    def _abandon(self, exc: Exception) -> None:
+        with self._lock:
+            groups, self._pending, self._scheduled = self._pending, {}, False
+        for jobs in groups.values():
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(exc)
 
     async def search(self, queries: Encoded, params: SearchParams) -> SearchOutcome:
         return await asyncio.wrap_future(self.submit(queries, params))
