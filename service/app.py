@@ -20,7 +20,6 @@ from densehybrid.encoder.base import Encoder
 from densehybrid.service import compat_cohere, compat_openai, compat_tei
 from densehybrid.service.errors import install_error_handlers
 from densehybrid.service.docs_assets import declare_bearer_auth, install_offline_docs
-from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.middleware import OPEN_PATHS, ServiceMiddleware
 from densehybrid.service.page import install_search_page
 from densehybrid.service.routes import build_router
@@ -35,8 +34,7 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     if encoder is None:
         encoder, loaded_index = startup.load_components(settings)
         index = index if index is not None else loaded_index
-    runtime = startup.build_runtime(settings, encoder, index,
-                                    metrics=ServiceMetrics(request_timeout_s=settings.request_timeout_s))
+    runtime = startup.build_runtime(settings, encoder, index)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

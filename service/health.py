@@ -18,6 +18,7 @@ class Health:
         self.index = index
         self.interval_s = interval_s
         self.store_ok = True
+        self._losses = 0  # a check that began before the latest loss must not undo it
         self.status = "starting"
         self._warm = threading.Event()
         self._stopping = threading.Event()
@@ -37,7 +38,8 @@ class Health:
         self._warm.set()
 
     def lost(self) -> None:
-        """A call to the store failed: not ready until the next check succeeds."""
+        """A call to the store failed: not ready until a check begun after this succeeds."""
+        self._losses += 1
         self.store_ok = False
 
     def start(self) -> None:
@@ -52,7 +54,10 @@ class Health:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self.store_ok = self._check()
+            losses = self._losses
+            ok = self._check()
+            if not ok or losses == self._losses:
+                self.store_ok = ok
             self._stopping.wait(self.interval_s)
 
     def _check(self) -> bool:
