@@ -137,7 +137,9 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
             compactor = Compactor(served, settings.compact_after_changes, metrics)
             metrics.watch_writes(served.log.size_bytes, lambda: served.pending_changes,
                                  lambda: served.last_compaction)
-    return Runtime(settings, encoder, served, batcher, pool, search_batcher, pipeline, metrics, health, compactor)
+    return Runtime(settings=settings, encoder=encoder, index=served, batcher=batcher, search_pool=pool,
+                   search_batcher=search_batcher, pipeline=pipeline, metrics=metrics, health=health,
+                   compactor=compactor)
 
 
 def _live(settings: ServiceSettings, index):
@@ -173,16 +175,19 @@ def warm_up(rt: Runtime) -> None:
     started = time.perf_counter()
     if rt.settings.warmup:
         items = rt.encoder.tokenize([WARMUP_QUERY], "query")
-        then = None
-        if rt.search_batcher is not None:
-            k, candidates = min(10, rt.index.count), min(100, rt.index.count)
-            params = SearchParams(k, "ip", candidates, 0.1, True, None)
-
-            def then(outcome, future):
-                rt.search_batcher.submit(outcome.encoded, params, future=future)
+        then = _warm_search(rt) if rt.search_batcher is not None else None
         rt.batcher.submit(items, "query", then=then).result(timeout=rt.settings.request_timeout_s * 10)
     rt.health.warmed_up()
     log.info("ready", extra={"fields": {"warmup_ms": round((time.perf_counter() - started) * 1000, 1)}})
+
+
+def _warm_search(rt: Runtime):
+    params = SearchParams(min(10, rt.index.count), "ip", min(100, rt.index.count), 0.1, True, None)
+
+    def then(outcome, future):
+        rt.search_batcher.submit(outcome.encoded, params, future=future)
+
+    return then
 
 
 def stop(rt: Runtime) -> None:
