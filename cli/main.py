@@ -75,7 +75,7 @@ def models_export_onnx(
     cache is read-only (the Compose replicas): otherwise each server exports on its first start. Takes
     the model flags `serve` takes."""
     from densehybrid.encoder.backends.onnx_backend import default_cache_root
-    from densehybrid.service.runtime import StartupError, load_components
+    from densehybrid.service.startup import StartupError, load_components
     from densehybrid.service.settings import OfflineSettings
 
     if index is None and encoder.model is None:

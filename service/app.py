@@ -20,11 +20,11 @@ from densehybrid.encoder.base import Encoder
 from densehybrid.service import compat_cohere, compat_openai, compat_tei
 from densehybrid.service.errors import install_error_handlers
 from densehybrid.service.docs_assets import declare_bearer_auth, install_offline_docs
-from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.middleware import OPEN_PATHS, ServiceMiddleware
 from densehybrid.service.page import install_search_page
 from densehybrid.service.routes import build_router
-from densehybrid.service.runtime import Runtime, load_components
+from densehybrid.service import startup
+from densehybrid.service.runtime import Runtime
 from densehybrid.service.settings import ServiceSettings, log_effective
 
 log = logging.getLogger(__name__)
@@ -32,19 +32,19 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, index=None) -> FastAPI:
     if encoder is None:
-        encoder, loaded_index = load_components(settings)
+        encoder, loaded_index = startup.load_components(settings)
         index = index if index is not None else loaded_index
-    runtime = Runtime(settings, encoder, index, metrics=ServiceMetrics(request_timeout_s=settings.request_timeout_s))
+    runtime = startup.build_runtime(settings, encoder, index)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
         log_effective(settings)
-        runtime.start()
+        startup.start(runtime)
         warm_up = asyncio.get_running_loop().run_in_executor(None, _warm_up, runtime)
         try:
             yield
         finally:
-            runtime.stop()
+            startup.stop(runtime)
             with contextlib.suppress(Exception):
                 await warm_up
 
@@ -55,7 +55,7 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
     app.include_router(build_router(runtime))
     install_offline_docs(app)
     install_search_page(app, runtime)
-    for compat in (compat_openai, compat_tei, compat_cohere):  # client-compatible APIs (issue 13)
+    for compat in (compat_openai, compat_tei, compat_cohere):  # client-compatible APIs
         app.include_router(compat.build_router(runtime))
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
@@ -72,7 +72,7 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
 
 def _warm_up(runtime: Runtime) -> None:
     try:
-        runtime.warm_up()
+        startup.warm_up(runtime)
     except Exception:  # noqa: BLE001 - a failed warm-up keeps /ready false; it must not kill the server
-        runtime.status = "warm-up failed (see log)"
+        runtime.health.status = "warm-up failed (see log)"
         log.exception("warm-up failed; the service stays not ready")

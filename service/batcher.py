@@ -10,21 +10,24 @@ its own memory). A forward that raises fails every job of that batch and the
 worker carries on with the next; a job whose caller went away (its future was
 cancelled) is dropped before it is encoded. A full queue is refused at once
 (:class:`~service.errors.QueueFull`, HTTP 429) instead of growing.
+
+A job may name what comes next (``then``): the worker hands it its rows and
+its future right after the forward, so that the next stage starts from this
+thread and the caller's future resolves only with the final answer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Callable, Literal, Protocol
 
 from densehybrid.encoder.base import Encoded, Encoder, Role, SparseVector, TokenizedText
-from densehybrid.service.errors import EncoderFailed, EncoderTimeout, NotReady, QueueFull
+from densehybrid.service.errors import EncoderFailed, NotReady, QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +58,16 @@ class EncodeOutcome:
     batch_texts: int
 
 
+# takes over a job after its forward: it must resolve the future (now RUNNING) itself, now or later
+Then = Callable[[EncodeOutcome, Future], None]
+
+
 @dataclass
 class _Job:
     items: list[TokenizedText]
     role: Role
     output: Output = "vectors"
+    then: Then | None = None
     enqueued: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=Future)
 
@@ -126,9 +134,11 @@ class Batcher:
         self.observer.count_rejected("queue_full")
         raise QueueFull(f"encoder queue is full ({self._queued_texts} texts waiting); retry later", self.retry_after_s)
 
-    def submit(self, items: list[TokenizedText], role: Role, output: Output = "vectors") -> Future:
-        """Queue one job; its future resolves to an :class:`EncodeOutcome` or an error."""
-        job = _Job(list(items), role, output)
+    def submit(self, items: list[TokenizedText], role: Role, output: Output = "vectors",
+               then: Then | None = None) -> Future:
+        """Queue one job; its future resolves to an :class:`EncodeOutcome` (or what ``then`` makes of it) or an
+        error. Cancelling the future while the job waits drops it."""
+        job = _Job(list(items), role, output, then)
         with self._cond:
             if self._closing:
                 self.observer.count_rejected("shutting_down")
@@ -141,21 +151,7 @@ class Batcher:
             self._cond.notify()
         return job.future
 
-    async def encode(self, items: list[TokenizedText], role: Role, timeout_s: float | None = None,
-                     output: Output = "vectors") -> EncodeOutcome:
-        """Submit and await. Cancelling the awaiting task drops the job if it has not started."""
-        future = self.submit(items, role, output)
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
-        except asyncio.TimeoutError:
-            future.cancel()
-            self.observer.count_rejected("timeout")
-            raise EncoderTimeout(f"the encoder did not answer within {timeout_s:g} s") from None
-        finally:
-            if future.cancelled():
-                self._withdraw(future)
-
-    def _withdraw(self, future: Future) -> None:
+    def withdraw(self, future: Future) -> None:
         """Take a cancelled job out of the queue now, so that it stops holding queue places until the worker
         reaches it (many clients giving up behind a slow forward would otherwise cause 429s for nothing)."""
         with self._cond:
@@ -223,9 +219,12 @@ class Batcher:
             offset = 0
             for job in live:
                 rows = slice(offset, offset + len(job.items))
-                job.future.set_result(EncodeOutcome(encoded[rows], (started - job.enqueued) * 1000,
-                                                    seconds * 1000, len(items)))
+                outcome = EncodeOutcome(encoded[rows], (started - job.enqueued) * 1000, seconds * 1000, len(items))
                 offset += len(job.items)
+                if job.then is None:
+                    job.future.set_result(outcome)
+                else:
+                    _hand_on(job, outcome)
         except Exception as exc:  # noqa: BLE001 - the worker must survive any forward failure
             log.exception("encoder forward failed (%d texts, role %s)", len(items), role)
             self.observer.count_batch_failure(role)
@@ -233,3 +232,12 @@ class Batcher:
             for job in live:
                 if not job.future.done():
                     job.future.set_exception(EncoderFailed(message))
+
+
+def _hand_on(job: _Job, outcome: EncodeOutcome) -> None:
+    """Start the job's next stage; if even that fails, the job fails, not the rest of its batch."""
+    try:
+        job.then(outcome, job.future)
+    except Exception as exc:  # noqa: BLE001 - delivered to this job's caller
+        if not job.future.done():
+            job.future.set_exception(exc)

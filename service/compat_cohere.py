@@ -1,4 +1,4 @@
-"""Cohere-compatible rerank: ``POST /v1/rerank`` and ``POST /v2/rerank`` (issue 13).
+"""Cohere-compatible rerank: ``POST /v1/rerank`` and ``POST /v2/rerank``.
 
 For the ``cohere`` SDK (``Client`` uses v1, ``ClientV2`` v2). Each document is scored as a passage
 against the query with the served model's own score (GIP for kinds with gates, inner product

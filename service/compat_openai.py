@@ -1,4 +1,4 @@
-"""OpenAI-compatible embeddings: ``POST /v1/embeddings`` and ``GET /v1/models`` (issue 13).
+"""OpenAI-compatible embeddings: ``POST /v1/embeddings`` and ``GET /v1/models``.
 
 For the ``openai`` SDK and LangChain's ``OpenAIEmbeddings`` pointed at this server. The embedding of a
 text is its row of ``POST /encode`` (gated part, then the dense part unscaled; gates are left out, ask

@@ -1,4 +1,4 @@
-"""Text-embeddings-inference routes: ``POST /embed``, ``/embed_sparse``, ``/rerank``, ``/`` (issue 13).
+"""Text-embeddings-inference routes: ``POST /embed``, ``/embed_sparse``, ``/rerank``, ``/``.
 
 For TEI clients (``huggingface_hub.InferenceClient``, LlamaIndex's and Haystack's TEI components).
 ``/embed`` returns the ``/encode`` rows, L2-normalized unless ``normalize`` is false. ``/rerank``

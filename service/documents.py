@@ -1,17 +1,15 @@
-"""Writes: ``POST /documents`` and ``DELETE /documents/{id}``, and the background compactor.
+"""Writes: ``POST /documents`` and ``DELETE /documents/{id}``, and reading one document back.
 
-A write encodes its passages with the index's own model through the encoder worker
-(role passage), then logs and applies the change
-(:meth:`index.live.LiveIndex.upsert` fsyncs before it returns) on the general thread pool, so the 2xx leaves only
-once the change is durable, and a search started after it sees the change. When enough
-changes are pending, one background thread folds them into a new index generation.
+A write encodes its passages with the index's own model through the pipeline
+(role passage), then logs and applies the change on the general thread pool
+(:meth:`index.live.LiveIndex.upsert` fsyncs before it returns, and the fsync
+must not hold up the search threads), so the 2xx leaves only once the change
+is durable, and a search started after it sees the change. Each write may
+start a background compaction (:mod:`service.compaction`).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 import time
 
 from fastapi import Request
@@ -22,17 +20,10 @@ from densehybrid.index.documents import Document
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.live import LiveIndex, UnknownDocument
 from densehybrid.index.wal import LogFullError
-from densehybrid.service.errors import InsufficientStorage, NotFound, ServiceError, WritesDisabled
-from densehybrid.service.handlers import (_in_search_pool, _ms, _record, encode_for, require_index, require_ready,
-                                          tokenize)
-from densehybrid.service.metrics import ServiceMetrics
+from densehybrid.service.errors import InsufficientStorage, NotFound, WriteFailed, WritesDisabled
+from densehybrid.service.handlers import require_index, require_ready
+from densehybrid.service.pipeline import ms, record
 from densehybrid.service.runtime import Runtime
-
-log = logging.getLogger(__name__)
-
-
-class WriteFailed(ServiceError):
-    status, type = 500, "write_error"
 
 
 def _writable(rt: Runtime) -> LiveIndex:
@@ -60,16 +51,13 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
     docs = [Document(d.id, d.title, d.text) for d in body.documents]
-    items = await tokenize(rt, [passage_text(d) for d in docs], "passage")
-    outcome = await encode_for(rt, request, items, "passage")
-    encoded = outcome.encoded
+    done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage")
     logged = time.perf_counter()
-    # the fsync runs on the general thread pool, never on the search threads that answer queries
-    seq = await run_in_threadpool(_logged, index.upsert, docs, encoded.values, encoded.gates)
+    seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)
     rt.compactor.maybe_start()
-    timing = _record(request, {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
-                               "log_ms": _ms(time.perf_counter() - logged),
-                               "total_ms": _ms(time.perf_counter() - started)})
+    timing = record(request, {"queue_ms": done.queue_ms, "encode_ms": done.encode_ms,
+                              "log_ms": ms(time.perf_counter() - logged),
+                              "total_ms": ms(time.perf_counter() - started)})
     return {"ids": [d.id for d in docs], "seq": seq, "documents": index.count, "timing": timing}
 
 
@@ -85,58 +73,14 @@ async def delete_document(rt: Runtime, request: Request, doc_id: str) -> dict:
     started = time.perf_counter()
     seq = await run_in_threadpool(_delete, index, doc_id)
     rt.compactor.maybe_start()
-    timing = _record(request, {"total_ms": _ms(time.perf_counter() - started)})
+    timing = record(request, {"total_ms": ms(time.perf_counter() - started)})
     return {"ids": [doc_id], "seq": seq, "documents": index.count, "timing": timing}
 
 
 async def get_document(rt: Runtime, doc_id: str) -> dict:
     index = require_index(rt)
     require_ready(rt)
-    doc = await _in_search_pool(rt, index.get, doc_id)
+    doc = await rt.pipeline.on_search_threads(index.get, doc_id)
     if doc is None:
         raise NotFound(f"no document with id {doc_id!r} in index {index.name!r}")
     return {"id": doc.id, "title": doc.title, "text": doc.text}
-
-
-COMPACTION_NICENESS = 10
-
-
-class Compactor:
-    """Starts at most one background compaction at a time once ``threshold`` changes are pending."""
-
-    def __init__(self, index: LiveIndex, threshold: int, metrics: ServiceMetrics):
-        self.index = index
-        self.threshold = threshold
-        self.metrics = metrics
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stopping = False
-
-    def maybe_start(self) -> None:
-        with self._lock:
-            busy = self._thread is not None and self._thread.is_alive()
-            if busy or self._stopping or self.index.pending_changes < self.threshold:
-                return
-            self._thread = threading.Thread(target=self._run, name="densehybrid-compaction", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            # below the request threads on the CPU (Linux nices threads one by one); best effort
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPACTION_NICENESS)
-        except (OSError, AttributeError):
-            pass
-        try:
-            self.index.compact()
-            self.metrics.compactions.labels(outcome="ok").inc()
-        except Exception:  # noqa: BLE001 - the log keeps every change; the next trigger retries
-            self.metrics.compactions.labels(outcome="failed").inc()
-            log.exception("compaction failed; the changes stay in the write-ahead log")
-
-    def stop(self, timeout_s: float = 300.0) -> None:
-        """Let a running compaction finish (it is safe to kill, but finishing saves the work)."""
-        with self._lock:
-            self._stopping = True
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout_s)

@@ -86,7 +86,9 @@ class NoIndex(ServiceError):
     status, type = 503, "no_index"
 
 
-class EncoderTimeout(ServiceError):
+class RequestTimeout(ServiceError):
+    """No answer within ``request_timeout_s``: the encoder or the search threads are overloaded."""
+
     status, type = 503, "timeout"
 
 
@@ -114,6 +116,25 @@ class WritesDisabled(ServiceError):
 
 class SearchFailed(ServiceError):
     status, type = 500, "search_error"
+
+
+class WriteFailed(ServiceError):
+    """The change could not be logged (other than a full disk), so it was not applied."""
+
+    status, type = 500, "write_error"
+
+
+def search_error(exc: Exception, retry_after_s: int = 1) -> ServiceError:
+    """What a failed search stage tells the client: its own fault (422), the store's (503) or ours (500)."""
+    from densehybrid.index.searcher import SearchError
+
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, SearchError):
+        return InvalidRequest(str(exc))
+    if isinstance(exc, MilvusUnavailableError):
+        return StoreUnavailable(str(exc), retry_after_s)
+    return SearchFailed(f"search failed: {type(exc).__name__}: {exc}")
 
 
 def error_body(error_type: str, message: str, status: int = 500, path: str = "") -> dict:
@@ -179,28 +200,26 @@ def http_error_response(exc: StarletteHTTPException, path: str = "") -> JSONResp
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
+def error_response(exc: Exception, path: str = "") -> JSONResponse:
+    """The one answer to any exception a request raised."""
+    if isinstance(exc, ServiceError):
         if exc.status >= 500:
             log.warning("request failed: %s: %s", exc.type, exc.message)
-        return service_error_response(exc, request.url.path)
-
-    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error_response(exc, request.url.path)
-
-    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return http_error_response(exc, request.url.path)
-
-    async def on_store_lost(request: Request, exc: MilvusUnavailableError) -> JSONResponse:
+        return service_error_response(exc, path)
+    if isinstance(exc, RequestValidationError):
+        return validation_error_response(exc, path)
+    if isinstance(exc, StarletteHTTPException):
+        return http_error_response(exc, path)
+    if isinstance(exc, MilvusUnavailableError):
         log.warning("vector store unreachable: %s", exc)
-        return service_error_response(StoreUnavailable(str(exc)), request.url.path)
+        return service_error_response(StoreUnavailable(str(exc)), path)
+    log.exception("unhandled error", exc_info=exc)
+    return service_error_response(ServiceError("internal error"), path)
 
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)
-        return service_error_response(ServiceError("internal error"), request.url.path)
 
-    app.add_exception_handler(ServiceError, on_service_error)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(StarletteHTTPException, on_http_error)
-    app.add_exception_handler(MilvusUnavailableError, on_store_lost)
-    app.add_exception_handler(Exception, on_unexpected)
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc, request.url.path)
+
+    for handled in (ServiceError, RequestValidationError, StarletteHTTPException, MilvusUnavailableError, Exception):
+        app.add_exception_handler(handled, on_error)

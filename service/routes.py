@@ -58,7 +58,7 @@ def build_router(runtime: Runtime) -> APIRouter:
     async def encode(request: Request, body: EncodeRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Vectors (and gates) of texts, as the index stores them (the dense part unscaled)."""
         # serialized in Rust, skipping FastAPI's per-float re-validation: at 16 passages that walk cost
-        # ~25 ms of event-loop time per request and capped throughput under many clients (issue 18)
+        # ~25 ms of event-loop time per request and capped throughput under many clients
         return json_response(await handlers.encode(runtime, request, body.texts, body.role), request)
 
     @router.post("/explain", response_model=ExplainResponse, responses={**_ERRORS, 404: {

@@ -8,6 +8,11 @@ stage, candidates, θ, rerank, λ) and runs one ``Searcher.search`` per group.
 Nothing waits on purpose: a lone request is searched at once, and requests
 that arrive while a search runs share the next one. A failing group fails
 only its own requests.
+
+:meth:`SearchBatcher.submit` may be called from any thread (the encoder
+worker hands each encoded query on directly) and may bring the request's
+future, already running, and a ``finish`` step that shapes the answer on the
+search thread before the future resolves.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from typing import Any
 
 from densehybrid.encoder.base import Encoded
 
@@ -51,51 +57,84 @@ class SearchOutcome:
 GroupObserver = Callable[[str, int, float, "float | None"], None]
 
 
+@dataclass(frozen=True)
+class _Search:
+    queries: Encoded
+    future: Future
+    finish: Callable[[SearchOutcome], Any] | None
+
+
+def _resolve(job: _Search, outcome: SearchOutcome) -> None:
+    try:
+        job.future.set_result(outcome if job.finish is None else job.finish(outcome))
+    except Exception as exc:  # noqa: BLE001 - a failing finish fails its own request only
+        if not job.future.done():
+            job.future.set_exception(exc)
+
+
 class SearchBatcher:
     def __init__(self, searcher, executor: Executor, on_group: GroupObserver | None = None):
         self.searcher = searcher
         self.on_group = on_group or (lambda first_stage, queries, search_s, rerank_s: None)
         self.executor = executor
         self._lock = threading.Lock()
-        self._pending: dict[SearchParams, list[tuple[Encoded, Future]]] = {}
+        self._pending: dict[SearchParams, list[_Search]] = {}
         self._scheduled = False
 
-    async def search(self, queries: Encoded, params: SearchParams) -> SearchOutcome:
-        future: Future = Future()
+    def submit(self, queries: Encoded, params: SearchParams, *, future: Future | None = None,
+               finish: Callable[[SearchOutcome], Any] | None = None) -> Future:
+        """Queue one search; the future resolves to its :class:`SearchOutcome`, or to ``finish`` of it."""
+        job = _Search(queries, future if future is not None else Future(), finish)
         with self._lock:
-            self._pending.setdefault(params, []).append((queries, future))
+            self._pending.setdefault(params, []).append(job)
             start_drain, self._scheduled = not self._scheduled, True
         if start_drain:
-            self.executor.submit(self._drain)
-        return await asyncio.wrap_future(future)
+            try:
+                self.executor.submit(self._drain)
+            except RuntimeError as exc:  # the search threads are shut down: nothing would ever drain these
+                self._abandon(exc)
+        return job.future
+
+    def _abandon(self, exc: Exception) -> None:
+        with self._lock:
+            groups, self._pending, self._scheduled = self._pending, {}, False
+        for jobs in groups.values():
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(exc)
+
+    async def search(self, queries: Encoded, params: SearchParams) -> SearchOutcome:
+        return await asyncio.wrap_future(self.submit(queries, params))
 
     def _drain(self) -> None:
         with self._lock:
             groups, self._pending, self._scheduled = self._pending, {}, False
         for params, jobs in groups.items():
-            live = [(q, f) for q, f in jobs if f.set_running_or_notify_cancel()]
+            # a future handed on by the encoder worker is running already: its caller can no longer cancel it
+            live = [j for j in jobs if j.future.running() or j.future.set_running_or_notify_cancel()]
             if live:
                 self._run_group(params, live)
 
-    def _run_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
+    def _run_group(self, params: SearchParams, jobs: list[_Search]) -> None:
         try:
             self._search_group(params, jobs)
         except Exception as exc:  # noqa: BLE001 - delivered to every request of the group still waiting
-            log.warning("search of %d queries failed: %s: %s", sum(len(q) for q, _ in jobs), type(exc).__name__, exc)
-            for _, future in jobs:
-                if not future.done():
-                    future.set_exception(exc)
+            log.warning("search of %d queries failed: %s: %s", sum(len(j.queries) for j in jobs), type(exc).__name__,
+                        exc)
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(exc)
 
-    def _search_group(self, params: SearchParams, jobs: list[tuple[Encoded, Future]]) -> None:
-        found = self.searcher.search(Encoded.concat([q for q, _ in jobs]), k=params.k, first_stage=params.first_stage,
-                                     candidates=params.candidates, theta=params.theta, rerank=params.rerank,
-                                     lam=params.lam, method=params.method)
+    def _search_group(self, params: SearchParams, jobs: list[_Search]) -> None:
+        found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
+                                     first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
+                                     rerank=params.rerank, lam=params.lam, method=params.method)
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
         offset = 0
-        for queries, future in jobs:
-            rows = slice(offset, offset + len(queries))
-            future.set_result(SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows],
-                                            search_ms, rerank_ms, total))
-            offset += len(queries)
+        for job in jobs:
+            rows = slice(offset, offset + len(job.queries))
+            _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
+                                        total))
+            offset += len(job.queries)

@@ -16,7 +16,7 @@ import uvicorn
 
 from densehybrid.service import logging as service_logging
 from densehybrid.service.app import create_app
-from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def serve(settings: ServiceSettings, *, graceful_timeout_s: float = 30.0) -> Non
     encoder, index = load_components(settings)  # StartupError: the caller prints it and exits
     app = create_app(settings, encoder=encoder, index=index)
     # torch, transformers, the model and the index live as long as the process: moved out of the cyclic
-    # collector's reach, so that a full collection under load does not walk them (issue 18: query p99
+    # collector's reach, so that a full collection under load does not walk them (query p99
     # at 32 clients ~385 -> ~125 ms in one run on the 2-core CPU machine)
     gc.collect()
     gc.freeze()

@@ -75,7 +75,7 @@ class ServiceSettings(BaseSettings):
     max_wait_ms: float = Field(0.0, ge=0, le=1000, description="how long the worker waits to fill a batch")
     queue_size: int = Field(1024, ge=1, description="texts waiting for the encoder before 429")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")
-    request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for the encoder")
+    request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for encoding and search")
     search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
 
     # request limits (422 above the value limits, 413 above the size limits)

@@ -73,3 +73,13 @@ def test_a_failing_group_fails_only_its_requests(searcher):
         else:
             assert len(outcome.ids[0]) == 4
     assert len(after.ids[0]) == 4
+
+
+def test_a_search_queued_after_the_search_threads_stopped_fails_at_once():
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    batcher = SearchBatcher(object(), pool)
+    queries = FakeEncoder("cls").encode(["late query"], "query")
+    late = batcher.submit(queries, SearchParams(3, "ip", 10, 0.1, True, None))
+    with pytest.raises(RuntimeError, match="shutdown"):
+        late.result(timeout=0)

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import build_toy_index, write_toy_corpus
 from densehybrid.cli.main import app
-from densehybrid.service import runtime
-from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service import startup
+from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
 
 
@@ -58,7 +58,7 @@ def test_a_gpu_encoder_with_faiss_cpu_serves_and_searches_on_the_cpu(tmp_path, m
     index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path, count=12)
     on_gpu = FakeEncoder("dhr")
     monkeypatch.setattr(type(on_gpu), "device", property(lambda self: "cuda"))
-    monkeypatch.setattr(runtime, "_load_encoder", lambda settings, index: on_gpu)
+    monkeypatch.setattr(startup, "_load_encoder", lambda settings, index: on_gpu)
     encoder, index = load_components(ServiceSettings(index=index_dir, warmup=False))
     assert encoder.device == "cuda" and index.count == 12
 

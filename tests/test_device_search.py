@@ -143,7 +143,7 @@ def test_gpu_searcher_matches_the_cpu_searcher(tmp_path):
 
 
 def test_serve_with_a_cuda_search_device_on_a_cpu_machine_stops_with_one_sentence(tmp_path):
-    from densehybrid.service.runtime import StartupError, load_components
+    from densehybrid.service.startup import StartupError, load_components
     from densehybrid.service.settings import ServiceSettings
 
     index = make_index(tmp_path, "cls", n=30)

@@ -8,7 +8,7 @@ from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 from densehybrid.encoder.backends.onnx_backend import OnnxBackbone
 from densehybrid.encoder.loading import load_encoder
 from densehybrid.service.app import create_app
-from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
 

@@ -36,7 +36,7 @@ def test_the_readme_sample_parses_and_uses_the_documented_request():
 def test_the_readme_sample_is_what_the_demo_index_answers(tmp_path_factory, splade_tiny_dir, minilm_dir):
     from densehybrid.bench.servers import LiveServer
     from densehybrid.service.app import create_app
-    from densehybrid.service.runtime import load_components
+    from densehybrid.service.startup import load_components
     from densehybrid.service.settings import ServiceSettings
 
     request, documented = readme_sample()

@@ -155,7 +155,7 @@ def test_server_refuses_a_model_that_does_not_match_the_index(served_index, tmp_
 
 def test_the_intact_index_loads(served_index):
     """The control for the refusals above: the same index, untouched, is served."""
-    from densehybrid.service.runtime import load_components
+    from densehybrid.service.startup import load_components
 
     encoder, index = load_components(ServiceSettings(index=served_index, device="cpu"))
     assert index.count == 24 and encoder.spec.weights_hash == index.spec.weights_hash

@@ -13,7 +13,7 @@ from densehybrid.bench.servers import LiveServer, build_toy_index
 from densehybrid.index.files import load_index
 from densehybrid.service import serve as serve_module
 from densehybrid.service.app import create_app
-from densehybrid.service.handlers import INLINE_TOKENIZE_CHARS
+from densehybrid.service.pipeline import INLINE_TOKENIZE_CHARS
 from densehybrid.service.settings import ServiceSettings
 
 

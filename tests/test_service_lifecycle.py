@@ -18,7 +18,7 @@ from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, build_toy_index, free_port, stop_process
 from densehybrid.index.files import VALUES
 from densehybrid.service.app import create_app
-from densehybrid.service.runtime import StartupError, load_components
+from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]

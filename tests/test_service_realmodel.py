@@ -7,7 +7,7 @@ import pytest
 from densehybrid.encoder.loading import load_encoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.service.app import create_app
-from densehybrid.service.runtime import load_components
+from densehybrid.service.startup import load_components
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer, build_toy_index
 

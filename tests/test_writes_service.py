@@ -148,7 +148,7 @@ def test_writes_off_serves_read_only(index_dir):
 
 
 def test_a_log_that_cannot_be_opened_stops_the_start_with_advice(index_dir, tmp_path):
-    from densehybrid.service.runtime import StartupError
+    from densehybrid.service.startup import StartupError
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

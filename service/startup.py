@@ -1,0 +1,193 @@
+"""Start-up: load the model and index, check they belong together, build the runtime, warm up.
+
+:func:`load_components` reads the model and index named by the settings and
+checks that they belong together: the index manifest names its model, so an
+index alone is enough, and a model given explicitly must match the index's
+recorded weights hash. :func:`build_runtime` wraps the index for serving and
+builds the batchers, the search threads and the pipeline; :func:`start`,
+:func:`warm_up` and :func:`stop` take it through its life.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from densehybrid.encoder.base import Encoder
+from densehybrid.service.batcher import Batcher
+from densehybrid.service.health import Health
+from densehybrid.service.metrics import ServiceMetrics
+from densehybrid.service.pipeline import Pipeline
+from densehybrid.service.runtime import Runtime
+from densehybrid.service.search_batcher import SearchBatcher, SearchParams
+from densehybrid.service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+WARMUP_QUERY = "what is a dense hybrid retriever"
+
+
+class StartupError(RuntimeError):
+    """The model or index cannot be served; the message says which and why."""
+
+
+def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
+    """(encoder, index or None) from the settings; raises :class:`StartupError` with a clear message."""
+    if settings.milvus_uri is not None:
+        index = _open_collection(settings)
+    else:
+        index = _load_index(settings) if settings.index is not None else None
+    if index is None and settings.model is None:
+        raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
+    if index is not None:  # before the model loads: a wrong search device fails fast
+        from densehybrid.index.searcher import SearchError, resolve_search_device
+
+        try:
+            resolve_search_device(settings.search_device, index)
+        except SearchError as exc:
+            raise StartupError(str(exc)) from exc
+    encoder = _load_encoder(settings, index)
+    if index is not None:
+        from densehybrid.index.errors import IndexAccessError
+        from densehybrid.index.files import check_compatible
+
+        try:
+            check_compatible(index.spec, encoder.spec)
+        except (IndexAccessError, ValueError) as exc:
+            where = settings.index if settings.milvus_uri is None else f"{settings.milvus_uri}#{settings.collection}"
+            raise StartupError(f"model {encoder.spec.model_id!r} does not match index {where}: {exc}") from exc
+    return encoder, index
+
+
+def _load_index(settings: ServiceSettings):
+    from densehybrid.index.errors import IndexAccessError
+    from densehybrid.index.files import load_index
+
+    try:
+        index = load_index(settings.index)
+    except (IndexAccessError, OSError, ValueError) as exc:
+        raise StartupError(f"cannot load index {settings.index}: {exc}") from exc
+    log.info("index loaded", extra={"fields": {"index": str(settings.index), "documents": index.count}})
+    return index
+
+
+def _open_collection(settings: ServiceSettings):
+    from densehybrid.index.errors import IndexAccessError
+    from densehybrid.index.milvus import open_collection
+
+    try:
+        index = open_collection(settings.milvus_uri, settings.collection, timeout_s=settings.milvus_timeout_s)
+    except IndexAccessError as exc:
+        raise StartupError(f"cannot serve Milvus collection {settings.collection!r} at {settings.milvus_uri}: {exc}") from exc
+    log.info("collection opened", extra={"fields": {"milvus_uri": settings.milvus_uri, "collection": settings.collection,
+                                                     "documents": index.count}})
+    return index
+
+
+def _load_encoder(settings: ServiceSettings, index) -> Encoder:
+    from densehybrid.encoder.backends.onnx_backend import OnnxBackendError
+    from densehybrid.encoder.config import EncoderConfig
+    from densehybrid.encoder.loading import load_encoder
+
+    config = settings.encoder_config()
+    if index is not None:  # rebuild the encoder the index was built with, then what the settings give
+        config = EncoderConfig.from_spec(index.spec).updated(config)
+    try:
+        encoder = load_encoder(config, backend=settings.backend, device=settings.device)
+    except OnnxBackendError as exc:
+        raise StartupError(f"cannot run model {config.model!r} on {settings.backend}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
+        raise StartupError(f"cannot load model {config.model!r}: {type(exc).__name__}: {exc}") from exc
+    log.info("model loaded", extra={"fields": {"model": config.model, "kind": encoder.spec.kind,
+                                               "device": encoder.device, "backend": encoder.backend}})
+    return encoder
+
+
+def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
+                  metrics: ServiceMetrics | None = None) -> Runtime:
+    """The parts that serve ``encoder`` (and ``index``, wrapped as a live index), not started yet."""
+    metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
+    served = _live(settings, index) if index is not None else None
+    batcher = Batcher(encoder, max_batch_size=settings.max_batch_size, max_batch_tokens=settings.max_batch_tokens,
+                      max_wait_s=settings.max_wait_ms / 1000, queue_size=settings.queue_size,
+                      retry_after_s=settings.retry_after_s, observer=metrics)
+    pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
+    search_batcher = SearchBatcher(served, pool, metrics.observe_search_batch) if served is not None else None
+    health = Health(served, settings.store_check_s)
+    pipeline = Pipeline(encoder, batcher, search_batcher, pool, health, metrics,
+                        timeout_s=settings.request_timeout_s, retry_after_s=settings.retry_after_s)
+    spec = encoder.spec
+    metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm,
+                           backend=encoder.backend)
+    compactor = None
+    if served is not None:
+        metrics.describe_index(served.count, spec.dim)
+        if served.log is not None:
+            from densehybrid.service.compaction import Compactor
+
+            compactor = Compactor(served, settings.compact_after_changes, metrics)
+            metrics.watch_writes(served.log.size_bytes, lambda: served.pending_changes,
+                                 lambda: served.last_compaction)
+    return Runtime(settings=settings, encoder=encoder, index=served, batcher=batcher, search_pool=pool,
+                   search_batcher=search_batcher, pipeline=pipeline, metrics=metrics, health=health,
+                   compactor=compactor)
+
+
+def _live(settings: ServiceSettings, index):
+    """The index as served: a live index, writable when the settings name a write-ahead log."""
+    from densehybrid.index.live import LiveIndex
+    from densehybrid.index.errors import IndexAccessError
+
+    log_dir = settings.write_log_dir
+    try:
+        return LiveIndex.open(index.path, lambda base: _make_searcher(base, settings.search_device), log_dir=log_dir,
+                              base=index)
+    except (IndexAccessError, OSError, ValueError) as exc:
+        raise StartupError(f"cannot open the write-ahead log {log_dir} of index {index.path}: {exc} "
+                           "(serve read only with --no-writes)") from exc
+
+
+def _make_searcher(index, search_device: str):
+    from densehybrid.index.searcher import Searcher, resolve_search_device
+
+    device = resolve_search_device(search_device, index)
+    log.info("search device", extra={"fields": {"search_device": device}})
+    return Searcher(index, device=device)
+
+
+def start(rt: Runtime) -> None:
+    rt.batcher.start()
+    rt.health.start()
+    rt.health.status = "warming up"
+
+
+def warm_up(rt: Runtime) -> None:
+    """One query through tokenizer, worker, first stage and rerank, handed on as a request's are; then ready."""
+    started = time.perf_counter()
+    if rt.settings.warmup:
+        items = rt.encoder.tokenize([WARMUP_QUERY], "query")
+        then = _warm_search(rt) if rt.search_batcher is not None else None
+        rt.batcher.submit(items, "query", then=then).result(timeout=rt.settings.request_timeout_s * 10)
+    rt.health.warmed_up()
+    log.info("ready", extra={"fields": {"warmup_ms": round((time.perf_counter() - started) * 1000, 1)}})
+
+
+def _warm_search(rt: Runtime):
+    params = SearchParams(min(10, rt.index.count), "ip", min(100, rt.index.count), 0.1, True, None)
+
+    def then(outcome, future):
+        rt.search_batcher.submit(outcome.encoded, params, future=future)
+
+    return then
+
+
+def stop(rt: Runtime) -> None:
+    rt.health.stop()
+    rt.batcher.stop()
+    rt.search_pool.shutdown(wait=True)
+    if rt.compactor is not None:
+        rt.compactor.stop()
+    if rt.index is not None:
+        rt.index.close()
