@@ -8,7 +8,7 @@ from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import build_toy_index
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.encoder.loading import load_encoder, save_encoder
-from densehybrid.service import runtime
+from densehybrid.service import startup
 from densehybrid.service.settings import ServiceSettings
 
 TEXTS = ["what is a dense retriever", "the cat sat on the mat by the river bank"]
@@ -57,7 +57,7 @@ def test_the_service_rebuilds_the_index_encoder_then_applies_the_settings(tiny_b
                         lambda config, **kw: seen.append((config, kw)) or FakeEncoder("dhr"))
     from densehybrid.index.files import load_index
 
-    runtime._load_encoder(ServiceSettings(index=index_dir, lam=0.5, backend="torch", device="cpu"),
+    startup._load_encoder(ServiceSettings(index=index_dir, lam=0.5, backend="torch", device="cpu"),
                           load_index(index_dir))
     ((config, kwargs),) = seen
     assert config == EncoderConfig.from_spec(built.spec).updated(EncoderConfig(lam=0.5))
