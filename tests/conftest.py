@@ -44,7 +44,7 @@ def fake_models(monkeypatch):
 
     Production code has no such model id; without this fixture ``fake:KIND`` is an unknown model.
     """
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.index import commands
 
     real_load = commands.load_model

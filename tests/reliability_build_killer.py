@@ -27,7 +27,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.build import BuildOptions, build_index
 
 OPTIONS = BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True)

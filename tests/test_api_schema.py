@@ -11,11 +11,12 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 
 EXAMPLES = 40
 

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.errors import EncoderFailed, NotReady, QueueFull
 
@@ -118,7 +118,7 @@ def test_roles_are_never_mixed_in_one_forward():
 
 def test_failed_forward_fails_only_its_batch_and_the_worker_lives_on():
     encoder = FakeEncoder("dhr", delay_s=0.02,
-                          fail_when=lambda items: any(len(i.ids["fake"]) == 5 for i in items))
+                          fail_when=lambda items: any(len(i.ids["hash"]) == 5 for i in items))
     batcher, recorder = make(encoder, max_batch_size=8)
     try:
         blocker = batcher.submit(encoder.tokenize(["slow job"], "query"), "query")  # occupies the worker

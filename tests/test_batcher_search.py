@@ -7,11 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import load_index
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
-from densehybrid.bench.servers import TOPICS, build_toy_index
+from densehybrid.bench.toy_index import TOPICS, build_toy_index
 
 
 class SlowSearcher:

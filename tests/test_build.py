@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from index_helpers import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
@@ -76,7 +76,7 @@ def test_auto_lambda_is_recorded(tmp_path):
 
 BUILD_SCRIPT = """
 import sys
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.build import BuildOptions, build_index
 build_index(FakeEncoder("fusion", delay_s=0.05), sys.argv[1], sys.argv[2],
             BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True))

@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import build_toy_index, write_toy_corpus
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.toy_index import build_toy_index, write_toy_corpus
 from densehybrid.cli.main import app
 from densehybrid.service import runtime
 from densehybrid.service.runtime import StartupError, load_components

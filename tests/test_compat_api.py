@@ -13,8 +13,9 @@ import torch
 from huggingface_hub import InferenceClient
 from langchain_openai import OpenAIEmbeddings
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings

@@ -353,7 +353,7 @@ def live_exposition(tmp_path_factory) -> str:
     """/metrics of a live server (fake encoder, small real index) after search, encode and a rejected call."""
     import httpx
 
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.index.store import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

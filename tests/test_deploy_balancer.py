@@ -87,7 +87,7 @@ def encode_count(url: str) -> float:
 
 def test_nginx_spreads_over_replicas_and_skips_a_dead_one(tmp_path):
     nginx = require_tool("nginx", shutil.which("nginx"))
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
     from densehybrid.bench.servers import LiveServer

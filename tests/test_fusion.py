@@ -189,8 +189,9 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
 def test_live_server_search_picks_the_fusion_method_per_request(tmp_path):
     import httpx
 
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer, build_toy_index
+    from support.fake_encoder import FakeEncoder
+    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.toy_index import build_toy_index
     from densehybrid.index.store import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index import lambda_auto
 
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index import build, store
 from densehybrid.index.store import Document, IndexLoadError, IndexMismatchError, check_compatible, load_index
 

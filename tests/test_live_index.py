@@ -4,7 +4,7 @@ after compaction and after a restart from the log."""
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index import wal
 from densehybrid.index.build import build_from_arrays, encode_passages, passage_text
 from densehybrid.index.live import LiveIndex, UnknownDocument

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index, free_port
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer, free_port
+from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.cli.main import app
 from densehybrid.index import gip, milvus
 from densehybrid.index.first_stage import rerank_fetched

@@ -15,7 +15,7 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from densehybrid.bench.checkpoints import random_masked_lm, write_random_checkpoint
 from densehybrid.encoder.backends import onnx_backend, onnx_export
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, apply_backend, providers_for, use_onnx
 from densehybrid.encoder.loading import load_encoder
 

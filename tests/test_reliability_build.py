@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from index_helpers import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
@@ -51,7 +51,7 @@ def wait_until(condition, timeout_s: float = 10.0) -> bool:
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, tmp_path):
     from densehybrid.index.store import load_index
-    from densehybrid.bench.servers import build_toy_index
+    from densehybrid.bench.toy_index import build_toy_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
     index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
@@ -92,7 +92,7 @@ def served_index(tmp_path_factory, tiny_bert_dir):
     """A small index of a real (tiny, random) model, built through the CLI like a user would."""
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.build import BuildOptions, build_index
-    from densehybrid.bench.servers import write_toy_corpus
+    from densehybrid.bench.toy_index import write_toy_corpus
 
     root = tmp_path_factory.mktemp("served")
     encoder = load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu")

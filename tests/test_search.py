@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index import build, flat
 from densehybrid.index.explain import explain

@@ -19,8 +19,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index, write_toy_corpus
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index, write_toy_corpus
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app

@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 
 KEY = "k3y-that-must-never-leak-0123456789"
 LIMIT = 4096

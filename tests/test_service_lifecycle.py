@@ -14,12 +14,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import VALUES
 from densehybrid.service.app import create_app
 from densehybrid.service.runtime import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer, build_toy_index, free_port, stop_process
+from densehybrid.bench.servers import LiveServer, free_port, stop_process
+from densehybrid.bench.toy_index import build_toy_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +107,7 @@ def test_a_client_that_leaves_takes_its_job_out_of_the_queue(index_dir):
 
 SERVER_SCRIPT = textwrap.dedent("""
     import sys, uvicorn
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
     app = create_app(ServiceSettings(max_batch_size=1), encoder=FakeEncoder("cls", delay_s=0.5))

@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.explain import explain
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.service.app import create_app
 from densehybrid.service.logging import JsonFormatter
 from densehybrid.service.serve import settings_from

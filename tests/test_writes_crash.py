@@ -12,8 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import build_toy_index, free_port, stop_process, wait_for_process_ready
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.toy_index import build_toy_index
 
 HELPER = Path(__file__).with_name("writes_server.py")
 BATCH = 3
