@@ -247,6 +247,11 @@ class LiveIndex:
         return self._state.base
 
     @property
+    def search_device(self) -> str:
+        """Where the current searcher runs ("cpu", "cuda", "cuda:N"); compaction keeps it."""
+        return self._state.searcher.device
+
+    @property
     def name(self) -> str:
         return self.base.name
 

@@ -68,7 +68,7 @@ def test_search_end_to_end_on_cuda(tmp_path):
     index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path))
     app = create_app(ServiceSettings(search_device="cuda"), encoder=FakeEncoder("dhr"), index=index)
     with LiveServer(app) as live:
-        assert app.state.runtime.searcher.device == "cuda"
+        assert app.state.runtime.index.search_device == "cuda"
         cpu_app = create_app(ServiceSettings(search_device="cpu"), encoder=FakeEncoder("dhr"), index=index)
         with LiveServer(cpu_app) as cpu_live:
             for query in ("dense retrieval", "gated inner product", "faiss flat index"):
