@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import support
 from typer.testing import CliRunner
 
 from support.fake_encoder import FakeEncoder
@@ -87,7 +89,7 @@ def test_killed_build_resumes_to_identical_files(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl", 200)
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT, str(corpus), str(out)], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": support.PYTHONPATH})
     work = shards.work_dir(out)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:

@@ -4,7 +4,6 @@ Lite answers one query in 100+ ms, so the indexes here are small (80 rows).
 """
 
 import shutil
-import time
 
 import httpx
 import numpy as np
@@ -21,6 +20,7 @@ from densehybrid.index.searcher import Searcher, SearchError
 from densehybrid.index.store import IndexLoadError, IndexMismatchError, check_compatible, load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from support.waiting import wait_until
 
 QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexical"]
 
@@ -236,9 +236,8 @@ def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collect
             ready = c.get("/ready")
             assert ready.status_code == 503 and ready.json()["ready"] is False
             switch.down = False
-            deadline = time.monotonic() + 15  # re-checked every store_check_s; bounded by the clock, not a count
-            while c.get("/ready").status_code != 200 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            # re-checked every store_check_s; bounded by the clock, not a count
+            wait_until(lambda: c.get("/ready").status_code == 200, timeout=15, what="/ready again")
             assert c.get("/ready").json()["ready"] is True, c.get("/ready").text
             assert c.post("/search", json=body).status_code == 200
     finally:

@@ -28,6 +28,7 @@ from support.fake_encoder import FakeEncoder
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
+from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,15 +36,6 @@ REPO = Path(__file__).resolve().parents[1]
 def rejected(client: httpx.Client) -> dict[str, float]:
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
     return {s.labels["reason"]: s.value for s in families["densehybrid_rejected"].samples if s.name.endswith("_total")}
-
-
-def wait_until(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 # -- clients that disconnect -----------------------------------------------------------
@@ -61,7 +53,7 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
         batcher = live.app.state.runtime.batcher
         busy = threading.Thread(target=lambda: c.post("/encode", json={"texts": ["keeps the worker busy"]}))
         busy.start()
-        assert wait_until(lambda: len(encoder.batch_sizes) == 1)
+        wait_until(lambda: len(encoder.batch_sizes) == 1, what="the busy job is encoding")
 
         def impatient(_):
             with httpx.Client(base_url=live.url, timeout=0.25) as quick, pytest.raises(httpx.TimeoutException):
@@ -70,11 +62,12 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             list(pool.map(impatient, range(6)))
         # while the worker is still busy, the queue is already empty again: the jobs left with their clients
-        assert wait_until(lambda: batcher.depth == 0, timeout_s=0.5), batcher.depth
+        wait_until(lambda: batcher.depth == 0, timeout=0.5, what="the queue emptied while the worker is busy")
         assert busy.is_alive() and len(encoder.batch_sizes) == 1  # the worker was busy all along
         busy.join(timeout=10)
-        time.sleep(0.3)
-        assert len(encoder.batch_sizes) == 1  # none of the six was encoded
+        # the worker takes jobs in order: once a later job is encoded, none of the six is still waiting
+        assert c.post("/encode", json={"texts": ["a later job"]}).status_code == 200
+        assert len(encoder.batch_sizes) == 2  # the busy job and the later one: none of the six was encoded
         assert rejected(c)["client_disconnected"] == 6
         families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
         assert families["densehybrid_queue_depth"].samples[0].value == 0

@@ -1,6 +1,5 @@
 """Searcher: first stage vs numpy brute force, two-stage vs exhaustive GIP, λ, explain, errors."""
 
-import time
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from densehybrid.index.explain import explain
 from densehybrid.index.searcher import Searcher, SearchError
 from densehybrid.index.store import Document, IndexMismatchError, load_index
 from test_gip import numpy_gip, numpy_topk, random_rows
+from support.waiting import wait_until
 
 
 def make_index(tmp_path, kind, n=300, *, gated=24, dense=8, lam=1.0, seed=0, pq=None):
@@ -167,7 +167,7 @@ def test_single_thread_setting_stays_in_the_calling_thread():
     main_view = threading.Event()
     worker = threading.Thread(target=other)
     worker.start()
-    time.sleep(0.05)
+    wait_until(lambda: seen, what="the worker set its own thread count")
     assert faiss.omp_get_max_threads() == before  # the worker's setting did not leak here
     main_view.set()
     worker.join(5)

@@ -16,6 +16,7 @@ from densehybrid.service.schemas import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import build_toy_index
+from support.waiting import wait_until
 
 QUERIES = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]
 
@@ -306,7 +307,7 @@ def test_full_queue_is_429_with_retry_after_and_recovers():
 
 def test_failed_forward_is_500_for_its_batch_only():
     encoder = FakeEncoder("dhr")
-    encoder.fail_when = lambda items: any(encoder.term(t) == "boom" for i in items for t in i.ids["fake"])
+    encoder.fail_when = lambda items: any(encoder.term(t) == "boom" for i in items for t in i.ids["hash"])
     with LiveServer(create_app(ServiceSettings(), encoder=encoder)) as live, \
             httpx.Client(base_url=live.url, timeout=30) as c:
         assert_error(c.post("/encode", json={"texts": ["this will go boom"]}), 500, "encoder_error")
@@ -364,13 +365,10 @@ def test_access_log_is_one_json_line_with_id_route_status_and_stage_times(client
     from densehybrid.service.logging import ACCESS_LOGGER, JsonFormatter
 
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    import time
-
     client.post("/search", json={"query": "passage ranking"}, headers={"X-Request-ID": "log-me-1"})
-    deadline = time.monotonic() + 5  # the line is written just after the response is sent
-    while not (records := [r for r in caplog.records if r.name == ACCESS_LOGGER
-                           and r.fields["request_id"] == "log-me-1"]) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the line is written just after the response is sent
+    records = wait_until(lambda: [r for r in caplog.records if r.name == ACCESS_LOGGER
+                                  and r.fields["request_id"] == "log-me-1"], timeout=5, what="the access log line")
     assert len(records) == 1
     line = json.loads(JsonFormatter().format(records[0]))
     assert (line["route"], line["status"], line["method"]) == ("/search", 200, "POST")
