@@ -22,20 +22,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
 from support.waiting import wait_until
+from support.metrics import rejected, scrape
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def rejected(client: httpx.Client) -> dict[str, float]:
-    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-    return {s.labels["reason"]: s.value for s in families["densehybrid_rejected"].samples if s.name.endswith("_total")}
 
 
 # -- clients that disconnect -----------------------------------------------------------
@@ -69,8 +64,7 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
         assert c.post("/encode", json={"texts": ["a later job"]}).status_code == 200
         assert len(encoder.batch_sizes) == 2  # the busy job and the later one: none of the six was encoded
         assert rejected(c)["client_disconnected"] == 6
-        families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
-        assert families["densehybrid_queue_depth"].samples[0].value == 0
+        assert scrape(c, "densehybrid_queue_depth") == 0
         # all eight queue places are free: a full-queue burst is accepted, not refused
         encoder.delay_s = 0.05
         with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -6,7 +6,6 @@ import math
 import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
@@ -17,6 +16,7 @@ from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import build_toy_index
 from support.waiting import wait_until
+from support.metrics import read_metrics, rejected, sample_total
 
 QUERIES = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]
 
@@ -197,14 +197,10 @@ METRIC_FAMILIES = {
 }
 
 
-def metrics_of(client):
-    return {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-
-
 def test_metrics_expose_every_family(client):
     client.post("/search", json={"query": "faiss flat index", "first_stage": "approx_gip"})
     client.post("/search", json={"query": "faiss flat index", "k": 0})
-    families = metrics_of(client)
+    families = read_metrics(client)
     for name, kind in METRIC_FAMILIES.items():
         assert name in families and families[name].type == kind, name
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
@@ -269,11 +265,11 @@ def test_concurrent_encodes_share_forwards_and_get_their_own_vectors(index_dir):
         with concurrent.futures.ThreadPoolExecutor(32) as pool:
             answers = list(pool.map(one, texts))
         with httpx.Client(base_url=live.url) as c:
-            families = metrics_of(c)
+            families = read_metrics(c)
     forwards = len(encoder.batch_sizes) - forwards_before
     assert forwards < len(texts)
-    batch_count = [s.value for s in families["densehybrid_batch_size"].samples if s.name.endswith("_count")][0]
-    batch_sum = [s.value for s in families["densehybrid_batch_size"].samples if s.name.endswith("_sum")][0]
+    batch_count = sample_total(families, "densehybrid_batch_size_count")
+    batch_sum = sample_total(families, "densehybrid_batch_size_sum")
     assert batch_count == forwards_before + forwards and batch_sum == forwards_before + len(texts)
     alone = FakeEncoder("dhr")
     for text, answer in zip(texts, answers):
@@ -300,8 +296,7 @@ def test_full_queue_is_429_with_retry_after_and_recovers():
         assert all(r.status_code in (200, 429) for r in responses)
         with httpx.Client(base_url=live.url, timeout=30) as c:
             assert c.post("/encode", json={"texts": ["after the burst"]}).status_code == 200
-            rejected = [s for s in metrics_of(c)["densehybrid_rejected"].samples if s.name.endswith("_total")]
-            assert {s.labels["reason"]: s.value for s in rejected}["queue_full"] == len(refused)
+            assert rejected(c)["queue_full"] == len(refused)
             assert live.app.state.runtime.batcher.depth == 0
 
 

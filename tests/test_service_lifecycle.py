@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 import support
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import VALUES
@@ -24,6 +23,7 @@ from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer, free_port, stop_process, wait_for_process_ready
 from densehybrid.bench.toy_index import build_toy_index
 from support.waiting import wait_until
+from support.metrics import rejected, scrape
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,10 +102,7 @@ def test_a_client_that_leaves_takes_its_job_out_of_the_queue(index_dir):
         # the worker takes jobs in order: once a later job is encoded, the abandoned one is not waiting
         assert httpx.post(live.url + "/encode", json={"texts": ["a later job"]}, timeout=30).status_code == 200
         assert encoder.batch_sizes == [1, 1]  # the busy job and the later one, not the abandoned one
-        families = {f.name: f for f in text_string_to_metric_families(httpx.get(live.url + "/metrics").text)}
-        rejected = {s.labels["reason"]: s.value for s in families["densehybrid_rejected"].samples
-                    if s.name.endswith("_total")}
-        assert rejected == {"client_disconnected": 1.0}
+        assert rejected(live.url) == {"client_disconnected": 1.0}
         assert app.state.runtime.batcher.depth == 0
 
 
@@ -119,11 +116,6 @@ SERVER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def queue_depth(url):
-    families = text_string_to_metric_families(httpx.get(url + "/metrics", timeout=5).text)
-    return next(f for f in families if f.name == "densehybrid_queue_depth").samples[0].value
-
-
 def test_sigterm_lets_in_flight_requests_finish():
     port = free_port()
     env = {**os.environ, "PYTHONPATH": support.PYTHONPATH}
@@ -135,7 +127,8 @@ def test_sigterm_lets_in_flight_requests_finish():
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(httpx.post, url + "/encode", json={"texts": [f"in flight {i}"]}, timeout=30)
                        for i in range(4)]
-            wait_until(lambda: queue_depth(url) >= 3, timeout=30, what="all four inside: one encoding, three queued")
+            wait_until(lambda: scrape(url, "densehybrid_queue_depth") >= 3, timeout=30,
+                       what="all four inside: one encoding, three queued")
             proc.send_signal(signal.SIGTERM)
             statuses = [f.result().status_code for f in futures]
         assert statuses == [200, 200, 200, 200]
