@@ -58,6 +58,25 @@ def fake_models(monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def toy_index(tmp_path_factory):
+    """``toy_index(kind="dhr", count=80, lam=1.0)``: the directory of a small FakeEncoder index of the
+    bench's toy corpus, built once per session for each argument set. Shared: serve or search it, never
+    write to it (a test that writes builds its own with ``build_toy_index``)."""
+    from densehybrid.bench.toy_index import build_toy_index
+    from support.fake_encoder import FakeEncoder
+
+    built = {}
+
+    def get(kind: str = "dhr", count: int = 80, lam: float = 1.0):
+        if (kind, count, lam) not in built:
+            root = tmp_path_factory.mktemp(f"toy-{kind}-{count}")
+            built[kind, count, lam] = build_toy_index(FakeEncoder(kind, lam=lam), root, count=count)
+        return built[kind, count, lam]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def splade_tiny_dir():
     from densehybrid.encoder import zoo
     return zoo.fetch("splade-tiny")

@@ -16,14 +16,13 @@ from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
 
 EXAMPLES = 40
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("schema-index"), count=60)
+def live(toy_index):
+    index_dir = toy_index("dhr", count=60)
     # limits the schema cannot express stay out of reach of schema-valid requests: the 1 MiB body limit
     # (generated bodies stay far below it) and the explained-hits cap (queries x k, set to its maximum)
     settings = ServiceSettings(max_k=100, max_request_texts=8, max_explain_hits=800, api_key="k3y")

@@ -11,7 +11,7 @@ from support.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import load_index
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
-from densehybrid.bench.toy_index import TOPICS, build_toy_index
+from densehybrid.bench.toy_index import TOPICS
 
 
 class SlowSearcher:
@@ -29,8 +29,8 @@ class SlowSearcher:
 
 
 @pytest.fixture(scope="module")
-def searcher(tmp_path_factory):
-    return Searcher(load_index(build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("sb-index"), count=60)))
+def searcher(toy_index):
+    return Searcher(load_index(toy_index("dhr", count=60)))
 
 
 def run_concurrently(batcher, requests):

@@ -15,7 +15,6 @@ from langchain_openai import OpenAIEmbeddings
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
@@ -29,8 +28,8 @@ LIMIT = 8
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("dhr", lam=0.5), tmp_path_factory.mktemp("compat-index"), count=20)
+def server(toy_index):
+    index_dir = toy_index("dhr", count=20, lam=0.5)
     settings = ServiceSettings(max_request_texts=LIMIT, max_wait_ms=1)
     with LiveServer(create_app(settings, encoder=FakeEncoder("dhr", lam=0.5), index=load_index(index_dir))) as live:
         yield live

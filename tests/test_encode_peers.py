@@ -11,7 +11,6 @@ from densehybrid.bench.encode_peers import (densehybrid_request, median_round, p
                                             summarize, workload_texts)
 from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
@@ -85,8 +84,8 @@ def test_where_the_time_goes_is_printed_for_every_client_count_with_its_refusals
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("cls"), tmp_path_factory.mktemp("encode-peers"), count=40)
+def server(toy_index):
+    index_dir = toy_index("cls", count=40)
     app = create_app(ServiceSettings(max_request_texts=16), encoder=FakeEncoder("cls"), index=load_index(index_dir))
     with LiveServer(app) as live:
         yield live

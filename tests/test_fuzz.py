@@ -26,7 +26,6 @@ from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
 
 MAX_K, MAX_TEXTS = 50, 8
 # Unicode White_Space: what the schemas' "\S" (a Rust regex in pydantic-core) does not count as content
@@ -91,8 +90,8 @@ def test_real_tiny_model_truncates_a_megabyte(tiny_encoder):
 
 # -- the HTTP API -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("fuzz-index"), count=40))
+def live(toy_index):
+    index = load_index(toy_index("dhr", count=40))
     app = create_app(ServiceSettings(max_k=MAX_K, max_request_texts=MAX_TEXTS, max_wait_ms=1),
                      encoder=FakeEncoder("dhr"), index=index)
     with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
@@ -203,8 +202,8 @@ def test_invalid_utf8_bodies_are_422(live, prefix, suffix, at):
 
 
 # -- sizes at the default limits (1 MiB body, 64 texts) ---------------------------------------------
-def test_megabyte_texts_and_ten_thousand_item_batches(tmp_path):
-    index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
+def test_megabyte_texts_and_ten_thousand_item_batches(toy_index):
+    index = load_index(toy_index("dhr", count=20))
     settings_ = ServiceSettings()
     with LiveServer(create_app(settings_, encoder=FakeEncoder("dhr"), index=index)) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:

@@ -36,12 +36,11 @@ REPO = Path(__file__).resolve().parents[1]
 # -- clients that disconnect -----------------------------------------------------------
 @pytest.mark.parametrize("route,body", [("/encode", {"texts": ["gone before encoding"]}),
                                         ("/search", {"query": "gone before encoding"})])
-def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, tmp_path):
+def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, toy_index):
     from densehybrid.index.store import load_index
-    from densehybrid.bench.toy_index import build_toy_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
-    index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
+    index = load_index(toy_index("dhr", count=20))
     settings = ServiceSettings(max_batch_size=1, queue_size=8, warmup=False)
     with LiveServer(create_app(settings, encoder=encoder, index=index)) as live, \
             httpx.Client(base_url=live.url, timeout=30) as c:

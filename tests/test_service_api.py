@@ -14,7 +14,6 @@ from densehybrid.service.app import create_app
 from densehybrid.service.schemas import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
 from support.waiting import wait_until
 from support.metrics import read_metrics, rejected, sample_total
 
@@ -22,8 +21,8 @@ QUERIES = ["dense retrieval latency", "gated inner product of term weights", "bm
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    return build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("svc-index"), count=80)
+def index_dir(toy_index):
+    return toy_index("dhr", count=80)
 
 
 @pytest.fixture(scope="module")

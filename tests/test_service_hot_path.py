@@ -10,7 +10,6 @@ import pytest
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.store import load_index
 from densehybrid.service import serve as serve_module
 from densehybrid.service.app import create_app
@@ -35,8 +34,8 @@ class WhereTokenized(FakeEncoder):
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    return build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("hot-index"), count=20)
+def index_dir(toy_index):
+    return toy_index("dhr", count=20)
 
 
 def test_small_inputs_are_tokenized_on_the_event_loop_and_big_ones_on_a_thread(index_dir):
