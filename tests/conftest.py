@@ -8,12 +8,21 @@ import torch
 torch.set_num_threads(2)
 
 
+# Fixtures that make any test using them slow: the offline real models (fetched and loaded), a headless
+# browser, a built wheel, a full quick benchmark run. ``-m "not slow"`` leaves these tests out.
+REAL_MODEL_FIXTURES = {"splade_tiny_dir", "minilm_dir"}
+SLOW_FIXTURES = REAL_MODEL_FIXTURES | {"browser", "wheel", "quick_results"}
+
+
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
     skip_gpu = pytest.mark.skip(reason="no CUDA device on this machine; the CPU twin of this test runs instead")
     for item in items:
-        if item.get_closest_marker("gpu"):
+        used = set(getattr(item, "fixturenames", ()))
+        if used & REAL_MODEL_FIXTURES:
+            item.add_marker(pytest.mark.realmodel)
+        if used & SLOW_FIXTURES or item.get_closest_marker("realmodel"):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("gpu") and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 
 

@@ -11,11 +11,14 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
+
+pytestmark = pytest.mark.slow  # schemathesis generates hundreds of requests
 
 EXAMPLES = 40
 

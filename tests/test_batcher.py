@@ -5,9 +5,10 @@ import threading
 import numpy as np
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.errors import EncoderFailed, NotReady, QueueFull
+
+from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
 
 TEXTS = [f"query number {i} about " + " ".join(f"w{j}" for j in range(i % 7 + 1)) for i in range(32)]

@@ -7,11 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import load_index
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
 from densehybrid.bench.toy_index import TOPICS
+
+from support.fake_encoder import FakeEncoder
 
 
 class SlowSearcher:

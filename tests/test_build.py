@@ -10,16 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import support
 from typer.testing import CliRunner
 
-from support.fake_encoder import FakeEncoder
 from index_helpers import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import IndexWriteError, load_index
+
+import support
+from support.fake_encoder import FakeEncoder
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(400)]
@@ -85,6 +85,7 @@ build_index(FakeEncoder("fusion", delay_s=0.05), sys.argv[1], sys.argv[2],
 """
 
 
+@pytest.mark.slow  # a build process, killed and resumed
 def test_killed_build_resumes_to_identical_files(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl", 200)
     out = tmp_path / "killed"

@@ -13,11 +13,12 @@ import torch
 from huggingface_hub import InferenceClient
 from langchain_openai import OpenAIEmbeddings
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 MODEL = "fake-dhr"
 TEXTS = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]

@@ -24,6 +24,8 @@ import pytest
 from deploy_tools import require_tool
 import yaml
 
+pytestmark = pytest.mark.slow  # runs the deployment validators (compose, hadolint, promtool, nginx, shellcheck)
+
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "densehybrid.json"

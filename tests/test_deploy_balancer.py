@@ -24,6 +24,8 @@ from deploy_tools import require_tool
 
 from densehybrid.bench.servers import free_port
 
+pytestmark = pytest.mark.slow  # nginx in front of live replicas
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "deploy" / "nginx" / "nginx.conf"
 REPLICA_HOSTS = ("127.0.0.2", "127.0.0.3")

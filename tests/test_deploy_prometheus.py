@@ -23,6 +23,8 @@ from deploy_tools import require_tool
 
 from densehybrid.bench.servers import free_port, stop_process
 
+pytestmark = pytest.mark.slow  # a real Prometheus scraping a live server
+
 REPO = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "densehybrid.json"

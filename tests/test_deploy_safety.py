@@ -21,6 +21,8 @@ from deploy_tools import require_tool
 from test_deploy import compose, compose_config  # noqa: F401 - the compose fixture
 from test_deploy_balancer import REPLICA_HOSTS, TinyDNS, free_port
 
+pytestmark = pytest.mark.slow  # the deployment validators and nginx
+
 REPO = Path(__file__).resolve().parents[1]
 INIT_ENV = REPO / "deploy" / "init-env.sh"
 NGINX_CONF = REPO / "deploy" / "nginx" / "nginx.conf"

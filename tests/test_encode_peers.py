@@ -9,11 +9,12 @@ from deploy_tools import require_tool
 from densehybrid.bench import encode_peers
 from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,
                                             summarize, workload_texts)
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 WRK_LINE = ('wrk noise\nWRK_JSON {"duration_us":2000000,"errors":{"connect":0,"read":1,"timeout":0,"write":0},'
             '"latency_ms":{"max":50.0,"mean":20.0,"p50":18.0,"p90":30.0,"p99":45.0},"requests":5,'

@@ -21,11 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
 
 MAX_K, MAX_TEXTS = 50, 8
 # Unicode White_Space: what the schemas' "\S" (a Rust regex in pydantic-core) does not count as content
@@ -72,6 +73,7 @@ def tiny_encoder(tiny_bert_dir):
     return load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu", max_query_length=32, max_passage_length=64)
 
 
+@pytest.mark.slow  # forty generated batches through a BERT
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(any_text, min_size=1, max_size=4), role=st.sampled_from(["query", "passage"]))
 def test_real_tiny_model_takes_any_unicode(tiny_encoder, texts, role):

@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.index import build, store
 from densehybrid.index.store import Document, IndexLoadError, IndexMismatchError, check_compatible, load_index
+
+from support.fake_encoder import FakeEncoder
 
 
 @pytest.fixture()

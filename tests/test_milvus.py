@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, free_port
 from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.cli.main import app
@@ -20,6 +19,8 @@ from densehybrid.index.searcher import Searcher, SearchError
 from densehybrid.index.store import IndexLoadError, IndexMismatchError, check_compatible, load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
 
 QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexical"]

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from index_helpers import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.store import IndexLoadError, IndexWriteError, load_index
+
+from support.fake_encoder import FakeEncoder
+
+pytestmark = pytest.mark.slow  # kills builds at every file operation
 
 REPO = Path(__file__).resolve().parents[1]
 KILLER = Path(__file__).with_name("reliability_build_killer.py")

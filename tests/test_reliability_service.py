@@ -23,12 +23,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
-from support.waiting import wait_until
+
+from support.fake_encoder import FakeEncoder
 from support.metrics import rejected, scrape
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # server processes started on broken indexes, clients that leave
 
 REPO = Path(__file__).resolve().parents[1]
 

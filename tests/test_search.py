@@ -1,16 +1,16 @@
 """Searcher: first stage vs numpy brute force, two-stage vs exhaustive GIP, λ, explain, errors."""
 
-
 import numpy as np
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index import build, flat
 from densehybrid.index.explain import explain
 from densehybrid.index.searcher import Searcher, SearchError
 from densehybrid.index.store import Document, IndexMismatchError, load_index
 from test_gip import numpy_gip, numpy_topk, random_rows
+
+from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
 
 

@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
 
 KEY = "k3y-that-must-never-leak-0123456789"
 LIMIT = 4096

@@ -7,15 +7,16 @@ import httpx
 import numpy as np
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.schemas import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
-from support.waiting import wait_until
+
+from support.fake_encoder import FakeEncoder
 from support.metrics import read_metrics, rejected, sample_total
+from support.waiting import wait_until
 
 QUERIES = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]
 

@@ -5,11 +5,12 @@ import json
 import httpx
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 
 @pytest.fixture(scope="module")

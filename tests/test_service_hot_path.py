@@ -8,13 +8,14 @@ import gc
 import httpx
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.index.store import load_index
 from densehybrid.service import serve as serve_module
 from densehybrid.service.app import create_app
 from densehybrid.service.handlers import INLINE_TOKENIZE_CHARS
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 
 class WhereTokenized(FakeEncoder):

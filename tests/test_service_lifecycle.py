@@ -13,17 +13,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-import support
-
-from support.fake_encoder import FakeEncoder
 from densehybrid.index.store import VALUES
 from densehybrid.service.app import create_app
 from densehybrid.service.runtime import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer, free_port, stop_process, wait_for_process_ready
 from densehybrid.bench.toy_index import build_toy_index
-from support.waiting import wait_until
+
+import support
+from support.fake_encoder import FakeEncoder
 from support.metrics import rejected, scrape
+from support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,6 +116,7 @@ SERVER_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a server process
 def test_sigterm_lets_in_flight_requests_finish():
     port = free_port()
     env = {**os.environ, "PYTHONPATH": support.PYTHONPATH}

@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 from densehybrid.bench.toy_index import build_toy_index
+
+from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
 
 HELPER = Path(__file__).with_name("writes_server.py")

@@ -7,13 +7,14 @@ import shutil
 import httpx
 import pytest
 
-from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index import wal
 from densehybrid.index.store import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 from support.metrics import scrape
 
 NEW = {"id": "new-1", "title": "zebra", "text": "quokka platypus wombat numbat"}
