@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from densehybrid.bench.servers import LiveServer, free_port
-from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.cli.main import app
 from densehybrid.index import gip, milvus
 from densehybrid.index.first_stage import rerank_fetched
@@ -22,6 +21,8 @@ from densehybrid.service.settings import ServiceSettings
 
 from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # Milvus Lite: a store process per database file
 
 QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexical"]
 
@@ -36,10 +37,10 @@ def _stop_lite_servers():
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, toy_index):
     """A local dhr index (gated) and a Milvus Lite export of it."""
     root = tmp_path_factory.mktemp("milvus")
-    index = load_index(build_toy_index(FakeEncoder("dhr"), root / "dhr"))
+    index = load_index(toy_index("dhr"))
     uri = str(root / "lite.db")
     milvus.export_index(index, uri, "toy", batch_size=32)
     return index, uri
@@ -138,7 +139,7 @@ def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
     assert opened.vector_store.ids_of(range(80)) == index.doc_ids
 
 
-def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path):
+def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path, toy_index):
     index, _ = toy
     uri = str(tmp_path / "bad.db")
     client = milvus.connect(uri)
@@ -146,7 +147,7 @@ def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path)
     client.delete("lost", ids=[3])
     with pytest.raises(IndexLoadError, match="holds 79 rows, the manifest says 80"):
         milvus.open_collection(uri, "lost", client=client)
-    other = load_index(build_toy_index(FakeEncoder("cls"), tmp_path / "cls"))
+    other = load_index(toy_index("cls"))
     milvus.export_index(other, uri, "dims", client=client)
     record = milvus._read_meta(client, uri, "dims")
     record["manifest"] = index.manifest  # a dhr manifest (dim 896) over a cls collection
@@ -159,8 +160,8 @@ def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path)
         milvus.export_index(index, uri, "dims", client=client)
 
 
-def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models):
-    index_dir = build_toy_index(FakeEncoder("fusion"), tmp_path / "fusion")
+def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models, toy_index):
+    index_dir = toy_index("fusion")
     index = load_index(index_dir)
     uri = str(tmp_path / "cli.db")
     runner = CliRunner()

@@ -39,6 +39,7 @@ def cli(*args, timeout=60):
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+@pytest.mark.slow  # a `densehybrid serve` process
 def test_serve_refuses_a_corrupted_index_with_a_clear_message(index_dir, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -54,6 +55,7 @@ def test_serve_refuses_a_corrupted_index_with_a_clear_message(index_dir, tmp_pat
     assert "cannot load index" in message and VALUES in message
 
 
+@pytest.mark.slow  # a `densehybrid serve` process
 def test_serve_without_model_or_index_says_what_to_give():
     result = cli("serve")
     assert result.returncode == 2 and "--index" in result.stdout and "--model" in result.stdout
