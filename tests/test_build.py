@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from index_helpers import index_files
+from support.index_files import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from densehybrid.index.searcher import Searcher

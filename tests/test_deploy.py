@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 import yaml
 
 pytestmark = pytest.mark.slow  # runs the deployment validators (compose, hadolint, promtool, nginx, shellcheck)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 
 from densehybrid.bench.servers import free_port
 

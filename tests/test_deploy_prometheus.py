@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 
 from densehybrid.bench.servers import free_port, stop_process
 

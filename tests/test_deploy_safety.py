@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 from test_deploy import compose, compose_config  # noqa: F401 - the compose fixture
 from test_deploy_balancer import REPLICA_HOSTS, TinyDNS, free_port
 

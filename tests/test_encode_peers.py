@@ -4,7 +4,7 @@ import shutil
 
 import httpx
 import pytest
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 
 from densehybrid.bench import encode_peers
 from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,

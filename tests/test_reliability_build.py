@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from index_helpers import index_files
+from support.index_files import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.store import IndexLoadError, IndexWriteError, load_index
