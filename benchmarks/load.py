@@ -1,7 +1,7 @@
 """Load test of a live server on loopback: saturation, latency under load, shedding, memory over a soak.
 
 ``densehybrid loadtest`` (or ``python -m densehybrid.bench.load``) starts a server process on 127.0.0.1 (a
-FakeEncoder whose forward takes ``base_ms + per_text_ms * texts`` of sleep, like a device forward
+HashEncoder whose forward takes ``base_ms + per_text_ms * texts`` of sleep, like a device forward
 that releases the GIL, over a small real index; or pass ``--url`` for a server already running),
 then drives ``/search`` with a bounded async httpx client in five phases:
 
@@ -303,13 +303,14 @@ def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120)
 
 def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
     """Child process: build (or reuse) a toy index, serve it on 127.0.0.1:0, print the URL once ready."""
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer, build_toy_index
+    from densehybrid.bench.hash_encoder import HashEncoder
+    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.toy_index import build_toy_index
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 
-    class DeviceLikeEncoder(FakeEncoder):
+    class DeviceLikeEncoder(HashEncoder):
         """Forward time grows with the batch, like a real model; the sleep releases the GIL like a GPU call."""
 
         def encode_tokenized(self, items, role):
@@ -318,7 +319,7 @@ def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
 
     index_dir = workdir / "index" / "index"
     if not index_dir.exists():
-        build_toy_index(FakeEncoder("dhr"), workdir / "index", count=config.documents)
+        build_toy_index(HashEncoder("dhr"), workdir / "index", count=config.documents)
     settings = ServiceSettings(max_batch_size=config.max_batch_size, queue_size=config.queue_size, log_level="WARNING")
     app = create_app(settings, encoder=DeviceLikeEncoder("dhr"), index=load_index(index_dir))
     with LiveServer(app) as live:

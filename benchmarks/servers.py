@@ -1,29 +1,21 @@
-"""Servers under test for the benchmarks and the test suite: a live in-process server, a free
-loopback port, stopping a child process, and a small toy index.
+"""The servers the benchmarks start: a live in-process server, a free loopback port, waiting for a
+server process to become ready, and stopping it.
 
-    with LiveServer(create_app(settings, encoder=FakeEncoder("dhr"))) as server:
+    with LiveServer(create_app(settings, encoder=HashEncoder("dhr"))) as server:
         httpx.get(server.url + "/ready")
 
-Nothing in the service imports this module: it is harness, not a production code path.
+Nothing in the service imports this module: it drives servers, it is not on a request's path.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
-
-from densehybrid.encoder.base import Encoder
-
-TOPICS = ["dense retrieval", "lexical matching", "gated inner product", "aggregation of term weights",
-          "faiss flat index", "query latency", "passage ranking", "bm25 baseline", "neural reranking",
-          "vector quantization"]
 
 
 def free_port(*hosts: str) -> int:
@@ -112,24 +104,3 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=30)
-
-
-def write_toy_corpus(path: Path, count: int = 80, seed: int = 0) -> Path:
-    """A BEIR-style ``corpus.jsonl`` of ``count`` short passages built from a few topics."""
-    import random
-
-    rng = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(count):
-            words = rng.sample(" ".join(TOPICS).split(), 6) + [f"doc{i}"]
-            f.write(json.dumps({"_id": f"D{i}", "title": f"passage {i}", "text": " ".join(words)}) + "\n")
-    return path
-
-
-def build_toy_index(encoder: Encoder, directory: Path, count: int = 80) -> Path:
-    """A small real index (the project's builder) of :func:`write_toy_corpus`."""
-    from densehybrid.index.build import BuildOptions, build_index
-
-    directory.mkdir(parents=True, exist_ok=True)
-    corpus = write_toy_corpus(directory / "corpus.jsonl", count)
-    return build_index(encoder, corpus, directory / "index", BuildOptions(progress=False, batch_size=16))

@@ -1,7 +1,7 @@
 """Search latency while writes stream in (issue 17): read p99 with writes / read-only p99, from one run.
 
 ``python -m densehybrid.bench.write_load [--documents N] [--seconds S] [--readers R]`` builds a toy
-index (FakeEncoder), starts a server process on loopback with writes on and a low compaction
+index (HashEncoder, the benchmarks' weightless encoder), starts a server process on loopback with writes on and a low compaction
 threshold (so compactions run during the measurement too), then runs two phases of equal length:
 
 1. read only: ``readers`` clients search in a closed loop;
@@ -33,13 +33,13 @@ def _serve(index: str, port: int, compact_after: int) -> None:
     """Child process: serve ``index`` with writes on."""
     import uvicorn
 
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 
     settings = ServiceSettings(index=index, compact_after_changes=compact_after, log_level="WARNING")
-    uvicorn.run(create_app(settings, encoder=FakeEncoder("dhr"), index=load_index(index)), host="127.0.0.1",
+    uvicorn.run(create_app(settings, encoder=HashEncoder("dhr"), index=load_index(index)), host="127.0.0.1",
                 port=port, log_level="warning")
 
 
@@ -100,11 +100,11 @@ def _metric(url: str, name: str) -> float:
 
 
 def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int) -> dict:
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import build_toy_index
+    from densehybrid.bench.hash_encoder import HashEncoder
+    from densehybrid.bench.toy_index import build_toy_index
 
     with tempfile.TemporaryDirectory(prefix="densehybrid-write-load-") as tmp:
-        index = build_toy_index(FakeEncoder("dhr"), Path(tmp), count=documents)
+        index = build_toy_index(HashEncoder("dhr"), Path(tmp), count=documents)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = _start(index, port, compact_after)

@@ -91,6 +91,11 @@ class LiveIndex(ManifestView, ServedIndex):
         return self.base.manifest
 
     @property
+    def search_device(self) -> str:
+        """Where the current searcher runs ("cpu", "cuda", "cuda:N"); compaction keeps it."""
+        return self._state.searcher.device
+
+    @property
     def spec(self):
         return self.base.spec
 

@@ -8,12 +8,21 @@ import torch
 torch.set_num_threads(2)
 
 
+# Fixtures that make any test using them slow: the offline real models (fetched and loaded), a headless
+# browser, a built wheel, a full quick benchmark run. ``-m "not slow"`` leaves these tests out.
+REAL_MODEL_FIXTURES = {"splade_tiny_dir", "minilm_dir"}
+SLOW_FIXTURES = REAL_MODEL_FIXTURES | {"browser", "wheel", "quick_results"}
+
+
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
     skip_gpu = pytest.mark.skip(reason="no CUDA device on this machine; the CPU twin of this test runs instead")
     for item in items:
-        if item.get_closest_marker("gpu"):
+        used = set(getattr(item, "fixturenames", ()))
+        if used & REAL_MODEL_FIXTURES:
+            item.add_marker(pytest.mark.realmodel)
+        if used & SLOW_FIXTURES or item.get_closest_marker("realmodel"):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("gpu") and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 
 
@@ -44,7 +53,7 @@ def fake_models(monkeypatch):
 
     Production code has no such model id; without this fixture ``fake:KIND`` is an unknown model.
     """
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.index import commands
 
     real_load = commands.load_model
@@ -55,6 +64,25 @@ def fake_models(monkeypatch):
         return real_load(config, device)
 
     monkeypatch.setattr(commands, "load_model", load)
+
+
+@pytest.fixture(scope="session")
+def toy_index(tmp_path_factory):
+    """``toy_index(kind="dhr", count=80, lam=1.0)``: the directory of a small FakeEncoder index of the
+    bench's toy corpus, built once per session for each argument set. Shared: serve or search it, never
+    write to it (a test that writes builds its own with ``build_toy_index``)."""
+    from densehybrid.bench.toy_index import build_toy_index
+    from support.fake_encoder import FakeEncoder
+
+    built = {}
+
+    def get(kind: str = "dhr", count: int = 80, lam: float = 1.0):
+        if (kind, count, lam) not in built:
+            root = tmp_path_factory.mktemp(f"toy-{kind}-{count}")
+            built[kind, count, lam] = build_toy_index(FakeEncoder(kind, lam=lam), root, count=count)
+        return built[kind, count, lam]
+
+    return get
 
 
 @pytest.fixture(scope="session")

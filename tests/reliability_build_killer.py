@@ -27,8 +27,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index.build import BuildOptions, build_index
+
+from support.fake_encoder import FakeEncoder
 
 OPTIONS = BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True)
 FS_OPERATIONS = [(os, "rename"), (os, "replace"), (os, "fsync"), (np, "save"), (np.lib.format, "open_memmap"),

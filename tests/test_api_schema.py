@@ -11,18 +11,21 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
+
+pytestmark = pytest.mark.slow  # schemathesis generates hundreds of requests
 
 EXAMPLES = 40
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("schema-index"), count=60)
+def live(toy_index):
+    index_dir = toy_index("dhr", count=60)
     # limits the schema cannot express stay out of reach of schema-valid requests: the 1 MiB body limit
     # (generated bodies stay far below it) and the explained-hits cap (queries x k, set to its maximum)
     settings = ServiceSettings(max_k=100, max_request_texts=8, max_explain_hits=800, api_key="k3y")

@@ -1,14 +1,15 @@
 """The encoder worker (service.batcher) against the deterministic FakeEncoder."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.errors import EncoderFailed, NotReady, QueueFull
+
+from support.fake_encoder import FakeEncoder
+from support.waiting import wait_until
 
 TEXTS = [f"query number {i} about " + " ".join(f"w{j}" for j in range(i % 7 + 1)) for i in range(32)]
 
@@ -118,12 +119,11 @@ def test_roles_are_never_mixed_in_one_forward():
 
 def test_failed_forward_fails_only_its_batch_and_the_worker_lives_on():
     encoder = FakeEncoder("dhr", delay_s=0.02,
-                          fail_when=lambda items: any(len(i.ids["fake"]) == 5 for i in items))
+                          fail_when=lambda items: any(len(i.ids["hash"]) == 5 for i in items))
     batcher, recorder = make(encoder, max_batch_size=8)
     try:
         blocker = batcher.submit(encoder.tokenize(["slow job"], "query"), "query")  # occupies the worker
-        while not encoder.batch_sizes:  # its forward has started: later jobs form the next batch
-            time.sleep(0.001)
+        wait_until(lambda: encoder.batch_sizes, what="its forward started")  # later jobs form the next batch
         doomed = submit_all(batcher, encoder, ["one two three", "a b"])  # "one two three" has 5 tokens
         blocker.result(timeout=10)
         for f in doomed:
@@ -141,7 +141,7 @@ def test_full_queue_is_refused_and_depth_stays_bounded():
     batcher, recorder = make(encoder, max_batch_size=2, queue_size=6, retry_after_s=3)
     try:
         batcher.submit(encoder.tokenize(["running"], "query"), "query")
-        time.sleep(0.05)  # the worker is now busy with the first job
+        wait_until(lambda: encoder.batch_sizes, what="the worker is busy with the first job")
         accepted = submit_all(batcher, encoder, ["q"] * 6)
         with pytest.raises(QueueFull) as refused:
             batcher.submit(encoder.tokenize(["one too many"], "query"), "query")
@@ -159,7 +159,7 @@ def test_cancelled_job_is_dropped_before_encoding():
     batcher, _ = make(encoder, max_batch_size=1)
     try:
         first = batcher.submit(encoder.tokenize(["busy"], "query"), "query")
-        time.sleep(0.03)
+        wait_until(lambda: encoder.batch_sizes, what="the worker is busy with the first job")
         gone = batcher.submit(encoder.tokenize(["gone"], "query"), "query")
         assert gone.cancel()
         kept = batcher.submit(encoder.tokenize(["kept"], "query"), "query")

@@ -7,11 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import TOPICS, build_toy_index
-from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
+from densehybrid.index.files import load_index
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
+from densehybrid.bench.toy_index import TOPICS
+
+from support.fake_encoder import FakeEncoder
 
 
 class SlowSearcher:
@@ -29,8 +30,8 @@ class SlowSearcher:
 
 
 @pytest.fixture(scope="module")
-def searcher(tmp_path_factory):
-    return Searcher(load_index(build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("sb-index"), count=60)))
+def searcher(toy_index):
+    return Searcher(load_index(toy_index("dhr", count=60)))
 
 
 def run_concurrently(batcher, requests):

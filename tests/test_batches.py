@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.encoder.batches import encode_all, encode_in_batches, plan_batches
 
 TEXTS = [("word " * n).strip() + f" t{n}" for n in (5, 1, 9, 3, 3, 12, 2, 7, 1, 4)]

@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from index_helpers import index_files
+from support.index_files import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
+
+import support
+from support.fake_encoder import FakeEncoder
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(400)]
@@ -77,18 +79,19 @@ def test_auto_lambda_is_recorded(tmp_path):
 
 BUILD_SCRIPT = """
 import sys
-from densehybrid.bench.fake_encoder import FakeEncoder
+from support.fake_encoder import FakeEncoder
 from densehybrid.index.build import BuildOptions, build_index
 build_index(FakeEncoder("fusion", delay_s=0.05), sys.argv[1], sys.argv[2],
             BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True))
 """
 
 
+@pytest.mark.slow  # a build process, killed and resumed
 def test_killed_build_resumes_to_identical_files(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl", 200)
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT, str(corpus), str(out)], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": support.PYTHONPATH})
     work = shards.work_dir(out)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:

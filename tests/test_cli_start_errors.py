@@ -5,12 +5,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import build_toy_index, write_toy_corpus
+from densehybrid.bench.toy_index import build_toy_index, write_toy_corpus
 from densehybrid.cli.main import app
 from densehybrid.service import startup
 from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 
 def _one_sentence_exit_2(result, expected: str) -> None:

@@ -13,11 +13,12 @@ import torch
 from huggingface_hub import InferenceClient
 from langchain_openai import OpenAIEmbeddings
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 MODEL = "fake-dhr"
 TEXTS = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]
@@ -28,8 +29,8 @@ LIMIT = 8
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("dhr", lam=0.5), tmp_path_factory.mktemp("compat-index"), count=20)
+def server(toy_index):
+    index_dir = toy_index("dhr", count=20, lam=0.5)
     settings = ServiceSettings(max_request_texts=LIMIT, max_wait_ms=1)
     with LiveServer(create_app(settings, encoder=FakeEncoder("dhr", lam=0.5), index=load_index(index_dir))) as live:
         yield live

@@ -21,8 +21,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 import yaml
+
+pytestmark = pytest.mark.slow  # runs the deployment validators (compose, hadolint, promtool, nginx, shellcheck)
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -385,8 +387,7 @@ def live_exposition(tmp_path_factory) -> str:
     """/metrics of a live server (fake encoder, small real index) after search, encode and a rejected call."""
     import httpx
 
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
+    from support.fake_encoder import FakeEncoder
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

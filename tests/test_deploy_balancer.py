@@ -20,9 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 
 from densehybrid.bench.servers import free_port
+
+pytestmark = pytest.mark.slow  # nginx in front of live replicas
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "deploy" / "nginx" / "nginx.conf"
@@ -87,7 +89,7 @@ def encode_count(url: str) -> float:
 
 def test_nginx_spreads_over_replicas_and_skips_a_dead_one(tmp_path):
     nginx = require_tool("nginx", shutil.which("nginx"))
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
     from densehybrid.bench.servers import LiveServer

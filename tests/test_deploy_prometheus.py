@@ -19,9 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 
 from densehybrid.bench.servers import free_port, stop_process
+
+pytestmark = pytest.mark.slow  # a real Prometheus scraping a live server
 
 REPO = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -90,8 +92,7 @@ def make_traffic(url: str) -> None:
 
 def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
     binary = require_tool("prometheus", prometheus_binary())
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
+    from support.fake_encoder import FakeEncoder
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

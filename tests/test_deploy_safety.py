@@ -17,9 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 from test_deploy import compose, compose_config  # noqa: F401 - the compose fixture
 from test_deploy_balancer import REPLICA_HOSTS, TinyDNS, free_port
+
+pytestmark = pytest.mark.slow  # the deployment validators and nginx
 
 REPO = Path(__file__).resolve().parents[1]
 INIT_ENV = REPO / "deploy" / "init-env.sh"
@@ -169,7 +171,7 @@ def _count(url: str, route: str, status: int) -> float:
 def test_nginx_passes_429_and_503_through_once_with_retry_after(tmp_path):
     """Shedding replicas: every 429 and 503 reaches the client as it is, and no replica sees a retry."""
     nginx = _nginx()
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.bench.servers import LiveServer
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

@@ -4,16 +4,17 @@ import shutil
 
 import httpx
 import pytest
-from deploy_tools import require_tool
+from support.deploy_tools import require_tool
 
 from densehybrid.bench import encode_peers
 from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,
                                             summarize, workload_texts)
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 WRK_LINE = ('wrk noise\nWRK_JSON {"duration_us":2000000,"errors":{"connect":0,"read":1,"timeout":0,"write":0},'
             '"latency_ms":{"max":50.0,"mean":20.0,"p50":18.0,"p90":30.0,"p99":45.0},"requests":5,'
@@ -84,8 +85,8 @@ def test_where_the_time_goes_is_printed_for_every_client_count_with_its_refusals
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("cls"), tmp_path_factory.mktemp("encode-peers"), count=40)
+def server(toy_index):
+    index_dir = toy_index("cls", count=40)
     app = create_app(ServiceSettings(max_request_texts=16), encoder=FakeEncoder("cls"), index=load_index(index_dir))
     with LiveServer(app) as live:
         yield live

@@ -186,16 +186,16 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     assert refused.exit_code == 2 and "one of" in refused.output
 
 
-def test_live_server_search_picks_the_fusion_method_per_request(tmp_path):
+def test_live_server_search_picks_the_fusion_method_per_request(toy_index):
     import httpx
 
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer, build_toy_index
+    from support.fake_encoder import FakeEncoder
+    from densehybrid.bench.servers import LiveServer
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 
-    index_dir = build_toy_index(FakeEncoder("fusion"), tmp_path, count=60)
+    index_dir = toy_index("fusion", count=60)
     encoder, searcher = FakeEncoder("fusion"), Searcher(load_index(index_dir))
     query = "gated inner product of term weights"
     app = create_app(ServiceSettings(max_wait_ms=5), encoder=FakeEncoder("fusion"), index=load_index(index_dir))

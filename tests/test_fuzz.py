@@ -21,11 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
 
 MAX_K, MAX_TEXTS = 50, 8
 # Unicode White_Space: what the schemas' "\S" (a Rust regex in pydantic-core) does not count as content
@@ -72,6 +73,7 @@ def tiny_encoder(tiny_bert_dir):
     return load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu", max_query_length=32, max_passage_length=64)
 
 
+@pytest.mark.slow  # forty generated batches through a BERT
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(any_text, min_size=1, max_size=4), role=st.sampled_from(["query", "passage"]))
 def test_real_tiny_model_takes_any_unicode(tiny_encoder, texts, role):
@@ -90,8 +92,8 @@ def test_real_tiny_model_truncates_a_megabyte(tiny_encoder):
 
 # -- the HTTP API -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("fuzz-index"), count=40))
+def live(toy_index):
+    index = load_index(toy_index("dhr", count=40))
     app = create_app(ServiceSettings(max_k=MAX_K, max_request_texts=MAX_TEXTS, max_wait_ms=1),
                      encoder=FakeEncoder("dhr"), index=index)
     with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
@@ -202,8 +204,8 @@ def test_invalid_utf8_bodies_are_422(live, prefix, suffix, at):
 
 
 # -- sizes at the default limits (1 MiB body, 64 texts) ---------------------------------------------
-def test_megabyte_texts_and_ten_thousand_item_batches(tmp_path):
-    index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
+def test_megabyte_texts_and_ten_thousand_item_batches(toy_index):
+    index = load_index(toy_index("dhr", count=20))
     settings_ = ServiceSettings()
     with LiveServer(create_app(settings_, encoder=FakeEncoder("dhr"), index=index)) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:

@@ -58,8 +58,9 @@ def test_real_model_top10_on_cuda_equals_cpu(splade_tiny_dir, tmp_path):
 
 
 def test_search_end_to_end_on_cuda(tmp_path):
-    from densehybrid.bench.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer, build_toy_index
+    from support.fake_encoder import FakeEncoder
+    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.toy_index import build_toy_index
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
@@ -67,7 +68,7 @@ def test_search_end_to_end_on_cuda(tmp_path):
     index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path))
     app = create_app(ServiceSettings(search_device="cuda"), encoder=FakeEncoder("dhr"), index=index)
     with LiveServer(app) as live:
-        assert app.state.runtime.searcher.device == "cuda"
+        assert app.state.runtime.index.search_device == "cuda"
         cpu_app = create_app(ServiceSettings(search_device="cpu"), encoder=FakeEncoder("dhr"), index=index)
         with LiveServer(cpu_app) as cpu_live:
             for query in ("dense retrieval", "gated inner product", "faiss flat index"):

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index import lambda_auto
+
+from support.fake_encoder import FakeEncoder
 
 
 def test_margin_ratio_against_hand_computation():

@@ -32,6 +32,7 @@ def corpus(tmp_path):
     return path
 
 
+@pytest.mark.slow  # an index built with a BERT per kind
 @pytest.mark.parametrize("kind", ["dhr", "dlr", "aggretriever"])
 def test_tiny_random_model_round_trip(tmp_path, corpus, tiny_bert_dir, kind):
     encoder = commands.load_model(EncoderConfig(str(tiny_bert_dir), kind=kind))

@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index import build, errors, files
 from densehybrid.index.documents import Document
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
 from densehybrid.index.files import check_compatible, load_index
+
+from support.fake_encoder import FakeEncoder
 
 
 @pytest.fixture()

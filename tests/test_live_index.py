@@ -4,13 +4,14 @@ after compaction and after a restart from the log."""
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index import wal
 from densehybrid.index.build import build_from_arrays, encode_passages, passage_text
 from densehybrid.index.documents import Document
 from densehybrid.index.files import load_index
 from densehybrid.index.live import LiveIndex, UnknownDocument
 from densehybrid.index.searcher import Searcher
+
+from support.fake_encoder import FakeEncoder
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 

@@ -4,15 +4,13 @@ Lite answers one query in 100+ ms, so the indexes here are small (80 rows).
 """
 
 import shutil
-import time
 
 import httpx
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index, free_port
+from densehybrid.bench.servers import LiveServer, free_port
 from densehybrid.cli.main import app
 from densehybrid.index import errors, gip, milvus
 from densehybrid.index.engines.milvus_engine import rerank_fetched
@@ -21,6 +19,11 @@ from densehybrid.index.files import check_compatible, load_index
 from densehybrid.index.searcher import Searcher, SearchError
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # Milvus Lite: a store process per database file
 
 QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexical"]
 
@@ -35,10 +38,10 @@ def _stop_lite_servers():
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, toy_index):
     """A local dhr index (gated) and a Milvus Lite export of it."""
     root = tmp_path_factory.mktemp("milvus")
-    index = load_index(build_toy_index(FakeEncoder("dhr"), root / "dhr"))
+    index = load_index(toy_index("dhr"))
     uri = str(root / "lite.db")
     milvus.export_index(index, uri, "toy", batch_size=32)
     return index, uri
@@ -156,7 +159,7 @@ def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
     assert opened.store.ids_of(range(80)) == index.doc_ids
 
 
-def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path):
+def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path, toy_index):
     index, _ = toy
     uri = str(tmp_path / "bad.db")
     client = milvus.connect(uri)
@@ -164,7 +167,7 @@ def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path)
     client.delete("lost", ids=[3])
     with pytest.raises(IndexLoadError, match="holds 79 rows, the manifest says 80"):
         milvus.open_collection(uri, "lost", client=client)
-    other = load_index(build_toy_index(FakeEncoder("cls"), tmp_path / "cls"))
+    other = load_index(toy_index("cls"))
     milvus.export_index(other, uri, "dims", client=client)
     record = milvus._read_meta(client, uri, "dims")
     record["manifest"] = index.manifest  # a dhr manifest (dim 896) over a cls collection
@@ -177,8 +180,8 @@ def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path)
         milvus.export_index(index, uri, "dims", client=client)
 
 
-def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models):
-    index_dir = build_toy_index(FakeEncoder("fusion"), tmp_path / "fusion")
+def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models, toy_index):
+    index_dir = toy_index("fusion")
     index = load_index(index_dir)
     uri = str(tmp_path / "cli.db")
     runner = CliRunner()
@@ -255,9 +258,8 @@ def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collect
             ready = c.get("/ready")
             assert ready.status_code == 503 and ready.json()["ready"] is False
             switch.down = False
-            deadline = time.monotonic() + 15  # re-checked every store_check_s; bounded by the clock, not a count
-            while c.get("/ready").status_code != 200 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            # re-checked every store_check_s; bounded by the clock, not a count
+            wait_until(lambda: c.get("/ready").status_code == 200, timeout=15, what="/ready again")
             assert c.get("/ready").json()["ready"] is True, c.get("/ready").text
             assert c.post("/search", json=body).status_code == 200
     finally:

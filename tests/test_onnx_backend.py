@@ -19,6 +19,8 @@ from densehybrid.encoder.backbone import TorchBackbone
 from densehybrid.encoder.backends.onnx_backend import OnnxBackbone, OnnxBackendError, OnnxModel, providers_for
 from densehybrid.encoder.loading import load_encoder
 
+from support.fake_encoder import FakeEncoder
+
 TEXTS = [
     "what is a dense retriever",
     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France; it is named after "
@@ -162,6 +164,7 @@ KINDS = [
 ]
 
 
+@pytest.mark.slow  # an ONNX export per kind
 @pytest.mark.parametrize("kind,options", KINDS, ids=lambda x: x if isinstance(x, str) else "-".join(x) or "default")
 def test_every_kind_encodes_the_same_on_onnx(kind, options, tiny_dir, tmp_path_factory):
     options = dict(options)
@@ -238,6 +241,7 @@ def test_real_fusion_splade_tiny_minilm_matches(splade_tiny_dir, minilm_dir, tmp
         assert (expect.values[:, :768] > 0).sum(1).min() > 3  # a trained SPLADE fires on real text
 
 
+@pytest.mark.slow  # two ONNX exports
 def test_untied_query_and_passage_models_get_their_own_graphs(tiny_dir, tmp_path):
     """An untied checkpoint (query_model/ + passage_model/) exports two graphs, one per role."""
     from densehybrid.encoder.loading import save_encoder

@@ -79,7 +79,7 @@ def test_auto_backend_falls_back_to_torch_when_the_export_fails(tiny_dir, monkey
 def test_auto_backend_keeps_torch_on_a_gpu_and_for_encoders_without_a_graph(tiny_dir):
     import torch
 
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.encoder.backends.onnx_backend import onnx_serves
 
     assert FakeEncoder("cls").backend == "torch"

@@ -31,7 +31,13 @@ def test_wheel_holds_one_top_level_package(wheel):
     for layer in ("encoder", "index", "service", "cli", "bench"):
         assert f"densehybrid/{layer}/__init__.py" in names
     assert not [n for n in names if n.startswith("densehybrid/service/") and "testing" in n]
-    assert not [n for n in names if "fake" in n and not n.startswith("densehybrid/bench/")]
+
+
+def test_wheel_ships_no_test_doubles(wheel):
+    """The fakes live in tests/support; the load benchmarks serve the weightless HashEncoder instead."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if "fake" in n or "/support/" in n or "/tests/" in n]
+    assert "densehybrid/bench/hash_encoder.py" in names
 
 
 def test_import_layers_hold_on_the_installed_wheel(wheel, tmp_path):

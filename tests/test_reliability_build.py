@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from index_helpers import index_files
+from support.index_files import index_files
 from densehybrid.index import shards
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
 from densehybrid.index.files import load_index
+
+from support.fake_encoder import FakeEncoder
+
+pytestmark = pytest.mark.slow  # kills builds at every file operation
 
 REPO = Path(__file__).resolve().parents[1]
 KILLER = Path(__file__).with_name("reliability_build_killer.py")

@@ -22,46 +22,34 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 
+from support.fake_encoder import FakeEncoder
+from support.metrics import rejected, scrape
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # server processes started on broken indexes, clients that leave
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def rejected(client: httpx.Client) -> dict[str, float]:
-    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-    return {s.labels["reason"]: s.value for s in families["densehybrid_rejected"].samples if s.name.endswith("_total")}
-
-
-def wait_until(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 # -- clients that disconnect -----------------------------------------------------------
 @pytest.mark.parametrize("route,body", [("/encode", {"texts": ["gone before encoding"]}),
                                         ("/search", {"query": "gone before encoding"})])
-def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, tmp_path):
-    from densehybrid.bench.servers import build_toy_index
+def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, toy_index):
     from densehybrid.index.files import load_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
-    index = load_index(build_toy_index(FakeEncoder("dhr"), tmp_path, count=20))
+    index = load_index(toy_index("dhr", count=20))
     settings = ServiceSettings(max_batch_size=1, queue_size=8, warmup=False)
     with LiveServer(create_app(settings, encoder=encoder, index=index)) as live, \
             httpx.Client(base_url=live.url, timeout=30) as c:
         batcher = live.app.state.runtime.batcher
         busy = threading.Thread(target=lambda: c.post("/encode", json={"texts": ["keeps the worker busy"]}))
         busy.start()
-        assert wait_until(lambda: len(encoder.batch_sizes) == 1)
+        wait_until(lambda: len(encoder.batch_sizes) == 1, what="the busy job is encoding")
 
         def impatient(_):
             with httpx.Client(base_url=live.url, timeout=0.25) as quick, pytest.raises(httpx.TimeoutException):
@@ -70,14 +58,14 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             list(pool.map(impatient, range(6)))
         # while the worker is still busy, the queue is already empty again: the jobs left with their clients
-        assert wait_until(lambda: batcher.depth == 0, timeout_s=0.5), batcher.depth
+        wait_until(lambda: batcher.depth == 0, timeout=0.5, what="the queue emptied while the worker is busy")
         assert busy.is_alive() and len(encoder.batch_sizes) == 1  # the worker was busy all along
         busy.join(timeout=10)
-        time.sleep(0.3)
-        assert len(encoder.batch_sizes) == 1  # none of the six was encoded
+        # the worker takes jobs in order: once a later job is encoded, none of the six is still waiting
+        assert c.post("/encode", json={"texts": ["a later job"]}).status_code == 200
+        assert len(encoder.batch_sizes) == 2  # the busy job and the later one: none of the six was encoded
         assert rejected(c)["client_disconnected"] == 6
-        families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
-        assert families["densehybrid_queue_depth"].samples[0].value == 0
+        assert scrape(c, "densehybrid_queue_depth") == 0
         # all eight queue places are free: a full-queue burst is accepted, not refused
         encoder.delay_s = 0.05
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -93,6 +81,7 @@ def served_index(tmp_path_factory, tiny_bert_dir):
     from densehybrid.bench.servers import write_toy_corpus
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.bench.toy_index import write_toy_corpus
 
     root = tmp_path_factory.mktemp("served")
     encoder = load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu")

@@ -1,11 +1,8 @@
 """Searcher: first stage vs numpy brute force, two-stage vs exhaustive GIP, λ, explain, errors."""
 
-import time
-
 import numpy as np
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index import build
 from densehybrid.index.documents import Document
@@ -15,6 +12,9 @@ from densehybrid.index.explain import explain
 from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher, SearchError
 from test_gip import numpy_gip, numpy_topk, random_rows
+
+from support.fake_encoder import FakeEncoder
+from support.waiting import wait_until
 
 
 def make_index(tmp_path, kind, n=300, *, gated=24, dense=8, lam=1.0, seed=0, pq=None):
@@ -170,7 +170,7 @@ def test_single_thread_setting_stays_in_the_calling_thread():
     main_view = threading.Event()
     worker = threading.Thread(target=other)
     worker.start()
-    time.sleep(0.05)
+    wait_until(lambda: seen, what="the worker set its own thread count")
     assert faiss.omp_get_max_threads() == before  # the worker's setting did not leak here
     main_view.set()
     worker.join(5)

@@ -19,13 +19,15 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index, write_toy_corpus
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index, write_toy_corpus
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.page import highlight, shares
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 INSTALL = "apt-get install -y chromium chromium-driver  (or: sudo bash deploy/ci/install-validators.sh .venv)"
 # without these a closed network makes Chromium hang on its background connections

@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
 
 KEY = "k3y-that-must-never-leak-0123456789"
 LIMIT = 4096
@@ -34,8 +35,8 @@ CLIENT_PROTOCOL_NAMES = {"model", "source_sentence", "truncation_direction"}
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory):
-    return load_index(build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("sec-index"), count=20))
+def index(toy_index):
+    return load_index(toy_index("dhr", count=20))
 
 
 @pytest.fixture(scope="module")

@@ -40,13 +40,14 @@ def test_every_flag_and_variable_is_in_serve_help_and_the_readme():
         assert rows[ServiceSettings.env_var(name)] == flags, name
 
 
-def test_each_readme_variable_sets_its_field(monkeypatch):
-    values = {"DENSEHYBRID_LAMBDA": ("0.25", 0.25), "DENSEHYBRID_WARMUP": ("false", False),
-              "DENSEHYBRID_RETRY_AFTER_S": ("7", 7), "DENSEHYBRID_POOLING": ("mean", "mean")}
-    for variable, (text, _) in values.items():
-        monkeypatch.setenv(variable, text)
-    settings = ServiceSettings()
-    assert (settings.lam, settings.warmup, settings.retry_after_s, settings.pooling) == tuple(v for _, v in values.values())
+def test_encoder_variables_reach_the_encoder_options(monkeypatch):
+    """DENSEHYBRID_LAMBDA (the field is ``lam``) and DENSEHYBRID_POOLING reach the encoder configuration;
+    encoder options nobody set stay None, so the model directory or the index decides them."""
+    from densehybrid.encoder.config import EncoderConfig
+
+    monkeypatch.setenv("DENSEHYBRID_LAMBDA", "0.25")
+    monkeypatch.setenv("DENSEHYBRID_POOLING", "mean")
+    assert ServiceSettings().encoder_config() == EncoderConfig(lam=0.25, pooling="mean")
 
 
 @pytest.fixture

@@ -6,22 +6,23 @@ import math
 import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
-from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.schemas import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
+from support.metrics import read_metrics, rejected, sample_total
+from support.waiting import wait_until
 
 QUERIES = ["dense retrieval latency", "gated inner product of term weights", "bm25 baseline passage ranking"]
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    return build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("svc-index"), count=80)
+def index_dir(toy_index):
+    return toy_index("dhr", count=80)
 
 
 @pytest.fixture(scope="module")
@@ -195,14 +196,10 @@ METRIC_FAMILIES = {
 }
 
 
-def metrics_of(client):
-    return {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
-
-
 def test_metrics_expose_every_family(client):
     client.post("/search", json={"query": "faiss flat index", "first_stage": "approx_gip"})
     client.post("/search", json={"query": "faiss flat index", "k": 0})
-    families = metrics_of(client)
+    families = read_metrics(client)
     for name, kind in METRIC_FAMILIES.items():
         assert name in families and families[name].type == kind, name
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
@@ -267,11 +264,11 @@ def test_concurrent_encodes_share_forwards_and_get_their_own_vectors(index_dir):
         with concurrent.futures.ThreadPoolExecutor(32) as pool:
             answers = list(pool.map(one, texts))
         with httpx.Client(base_url=live.url) as c:
-            families = metrics_of(c)
+            families = read_metrics(c)
     forwards = len(encoder.batch_sizes) - forwards_before
     assert forwards < len(texts)
-    batch_count = [s.value for s in families["densehybrid_batch_size"].samples if s.name.endswith("_count")][0]
-    batch_sum = [s.value for s in families["densehybrid_batch_size"].samples if s.name.endswith("_sum")][0]
+    batch_count = sample_total(families, "densehybrid_batch_size_count")
+    batch_sum = sample_total(families, "densehybrid_batch_size_sum")
     assert batch_count == forwards_before + forwards and batch_sum == forwards_before + len(texts)
     alone = FakeEncoder("dhr")
     for text, answer in zip(texts, answers):
@@ -298,14 +295,13 @@ def test_full_queue_is_429_with_retry_after_and_recovers():
         assert all(r.status_code in (200, 429) for r in responses)
         with httpx.Client(base_url=live.url, timeout=30) as c:
             assert c.post("/encode", json={"texts": ["after the burst"]}).status_code == 200
-            rejected = [s for s in metrics_of(c)["densehybrid_rejected"].samples if s.name.endswith("_total")]
-            assert {s.labels["reason"]: s.value for s in rejected}["queue_full"] == len(refused)
+            assert rejected(c)["queue_full"] == len(refused)
             assert live.app.state.runtime.batcher.depth == 0
 
 
 def test_failed_forward_is_500_for_its_batch_only():
     encoder = FakeEncoder("dhr")
-    encoder.fail_when = lambda items: any(encoder.term(t) == "boom" for i in items for t in i.ids["fake"])
+    encoder.fail_when = lambda items: any(encoder.term(t) == "boom" for i in items for t in i.ids["hash"])
     with LiveServer(create_app(ServiceSettings(), encoder=encoder)) as live, \
             httpx.Client(base_url=live.url, timeout=30) as c:
         assert_error(c.post("/encode", json={"texts": ["this will go boom"]}), 500, "encoder_error")
@@ -363,13 +359,10 @@ def test_access_log_is_one_json_line_with_id_route_status_and_stage_times(client
     from densehybrid.service.logging import ACCESS_LOGGER, JsonFormatter
 
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    import time
-
     client.post("/search", json={"query": "passage ranking"}, headers={"X-Request-ID": "log-me-1"})
-    deadline = time.monotonic() + 5  # the line is written just after the response is sent
-    while not (records := [r for r in caplog.records if r.name == ACCESS_LOGGER
-                           and r.fields["request_id"] == "log-me-1"]) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the line is written just after the response is sent
+    records = wait_until(lambda: [r for r in caplog.records if r.name == ACCESS_LOGGER
+                                  and r.fields["request_id"] == "log-me-1"], timeout=5, what="the access log line")
     assert len(records) == 1
     line = json.loads(JsonFormatter().format(records[0]))
     assert (line["route"], line["status"], line["method"]) == ("/search", 200, "POST")

@@ -5,16 +5,17 @@ import json
 import httpx
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 
+from support.fake_encoder import FakeEncoder
+
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    index_dir = build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("errors-index"), count=20)
+def server(toy_index):
+    index_dir = toy_index("dhr", count=20)
     app = create_app(ServiceSettings(warmup=False), encoder=FakeEncoder("dhr"), index=load_index(index_dir))
     with LiveServer(app) as live:
         yield live.url

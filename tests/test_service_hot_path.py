@@ -8,13 +8,14 @@ import gc
 import httpx
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
 from densehybrid.index.files import load_index
 from densehybrid.service import serve as serve_module
 from densehybrid.service.app import create_app
 from densehybrid.service.pipeline import INLINE_TOKENIZE_CHARS
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 
 class WhereTokenized(FakeEncoder):
@@ -34,8 +35,8 @@ class WhereTokenized(FakeEncoder):
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    return build_toy_index(FakeEncoder("dhr"), tmp_path_factory.mktemp("hot-index"), count=20)
+def index_dir(toy_index):
+    return toy_index("dhr", count=20)
 
 
 def test_small_inputs_are_tokenized_on_the_event_loop_and_big_ones_on_a_thread(index_dir):

@@ -12,14 +12,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index, free_port, stop_process
 from densehybrid.index.files import VALUES
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.bench.servers import LiveServer, free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.toy_index import build_toy_index
+
+import support
+from support.fake_encoder import FakeEncoder
+from support.metrics import rejected, scrape
+from support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,6 +39,7 @@ def cli(*args, timeout=60):
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+@pytest.mark.slow  # a `densehybrid serve` process
 def test_serve_refuses_a_corrupted_index_with_a_clear_message(index_dir, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -50,6 +55,7 @@ def test_serve_refuses_a_corrupted_index_with_a_clear_message(index_dir, tmp_pat
     assert "cannot load index" in message and VALUES in message
 
 
+@pytest.mark.slow  # a `densehybrid serve` process
 def test_serve_without_model_or_index_says_what_to_give():
     result = cli("serve")
     assert result.returncode == 2 and "--index" in result.stdout and "--model" in result.stdout
@@ -90,22 +96,20 @@ def test_a_client_that_leaves_takes_its_job_out_of_the_queue(index_dir):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             busy = pool.submit(httpx.post, live.url + "/encode", json={"texts": ["keeps the worker busy"]},
                                timeout=30)
-            time.sleep(0.2)
+            wait_until(lambda: encoder.batch_sizes, what="the busy job is encoding")
             with pytest.raises(httpx.TimeoutException):
                 httpx.post(live.url + "/encode", json={"texts": ["leaves early"]}, timeout=0.2)
             assert busy.result().status_code == 200
-        time.sleep(1.8)  # the worker is free again; the abandoned job, had it run, would have finished
-        assert encoder.batch_sizes == [1]
-        families = {f.name: f for f in text_string_to_metric_families(httpx.get(live.url + "/metrics").text)}
-        rejected = {s.labels["reason"]: s.value for s in families["densehybrid_rejected"].samples
-                    if s.name.endswith("_total")}
-        assert rejected == {"client_disconnected": 1.0}
+        # the worker takes jobs in order: once a later job is encoded, the abandoned one is not waiting
+        assert httpx.post(live.url + "/encode", json={"texts": ["a later job"]}, timeout=30).status_code == 200
+        assert encoder.batch_sizes == [1, 1]  # the busy job and the later one, not the abandoned one
+        assert rejected(live.url) == {"client_disconnected": 1.0}
         assert app.state.runtime.batcher.depth == 0
 
 
 SERVER_SCRIPT = textwrap.dedent("""
     import sys, uvicorn
-    from densehybrid.bench.fake_encoder import FakeEncoder
+    from support.fake_encoder import FakeEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
     app = create_app(ServiceSettings(max_batch_size=1), encoder=FakeEncoder("cls", delay_s=0.5))
@@ -113,33 +117,20 @@ SERVER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def queue_depth(url):
-    families = text_string_to_metric_families(httpx.get(url + "/metrics", timeout=5).text)
-    return next(f for f in families if f.name == "densehybrid_queue_depth").samples[0].value
-
-
+@pytest.mark.slow  # a server process
 def test_sigterm_lets_in_flight_requests_finish():
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": support.PYTHONPATH}
     proc = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(port)], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
-            time.sleep(0.1)
+        wait_for_process_ready(url, proc, timeout_s=60)
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(httpx.post, url + "/encode", json={"texts": [f"in flight {i}"]}, timeout=30)
                        for i in range(4)]
-            while queue_depth(url) < 3:  # wait until all four are inside: one encoding, three queued
-                assert time.monotonic() < deadline + 30
-                time.sleep(0.02)
+            wait_until(lambda: scrape(url, "densehybrid_queue_depth") >= 3, timeout=30,
+                       what="all four inside: one encoding, three queued")
             proc.send_signal(signal.SIGTERM)
             statuses = [f.result().status_code for f in futures]
         assert statuses == [200, 200, 200, 200]

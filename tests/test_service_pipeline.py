@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from starlette.requests import Request
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from support.fake_encoder import FakeEncoder
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.files import load_index
 from densehybrid.service import startup
 from densehybrid.service.app import create_app

@@ -9,7 +9,8 @@ from densehybrid.index.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import load_components
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 
 pytestmark = pytest.mark.realmodel
 

@@ -7,12 +7,13 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.service.app import create_app
 from densehybrid.service.logging import JsonFormatter
 from densehybrid.service.serve import settings_from
 from densehybrid.service.settings import ServiceSettings, log_effective
 from densehybrid.bench.servers import LiveServer
+
+from support.fake_encoder import FakeEncoder
 
 
 def test_environment_then_flags(monkeypatch):

@@ -6,14 +6,16 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import build_toy_index, free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.toy_index import build_toy_index
+
+from support.fake_encoder import FakeEncoder
+from support.waiting import wait_until
 
 HELPER = Path(__file__).with_name("writes_server.py")
 BATCH = 3
@@ -57,15 +59,14 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path):
     threads = [threading.Thread(target=writer, args=(url, w, acked, sent, stop)) for w in range(4)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 60
-    while len(acked) < 120 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    stop.set()
-    for t in threads:
-        t.join()
-    assert len(acked) >= 120, "too few writes were acknowledged before the kill"
+    try:
+        wait_until(lambda: len(acked) >= 120, timeout=60, what="120 writes acknowledged before the kill")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        stop.set()
+        for t in threads:
+            t.join()
 
     proc = start(index, port, compact_after=10_000)
     try:

@@ -6,14 +6,16 @@ import shutil
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer, build_toy_index
+from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index import wal
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
+from support.metrics import scrape
 
 NEW = {"id": "new-1", "title": "zebra", "text": "quokka platypus wombat numbat"}
 
@@ -46,11 +48,6 @@ def assert_error(response, status, error_type):
     assert response.json()["error"]["type"] == error_type
 
 
-def metric(client, name):
-    families = text_string_to_metric_families(client.get("/metrics").text)
-    return next(s.value for f in families for s in f.samples if s.name == name)
-
-
 def test_read_your_writes_replace_and_delete(index_dir):
     with serve(index_dir, compact_after_changes=3) as live, httpx.Client(base_url=live.url, timeout=30) as client:
         before = client.get("/info").json()["index"]["documents"]
@@ -79,8 +76,8 @@ def test_read_your_writes_replace_and_delete(index_dir):
         runtime = live.app.state.runtime
         runtime.compactor.stop()
         assert load_index(index_dir).manifest["writes"]["applied_seq"] == 3
-        assert metric(client, "densehybrid_last_compaction_timestamp_seconds") > 0
-        assert metric(client, "densehybrid_pending_changes") == 0
+        assert scrape(client, "densehybrid_last_compaction_timestamp_seconds") > 0
+        assert scrape(client, "densehybrid_pending_changes") == 0
         assert search_ids(client, "aardvark pangolin okapi")[0] == "D3"
 
 
@@ -97,14 +94,14 @@ def test_bad_writes_are_refused_with_the_limit(index_dir):
         assert "50" in response.json()["error"]["message"]
         assert_error(client.post("/documents", json={"documents": [{"id": "e", "text": "  "}]}), 422, "invalid_request")
         assert_error(client.post("/documents", json={"documents": []}), 422, "invalid_request")
-        assert metric(client, "densehybrid_pending_changes") == 0
+        assert scrape(client, "densehybrid_pending_changes") == 0
         assert client.get("/health").status_code == 200
 
 
 def test_full_disk_is_507_and_nothing_is_applied(index_dir, monkeypatch):
     with serve(index_dir) as live, httpx.Client(base_url=live.url, timeout=30) as client:
         assert client.post("/documents", json={"documents": [NEW]}).status_code == 200
-        log_bytes = metric(client, "densehybrid_write_log_bytes")
+        log_bytes = scrape(client, "densehybrid_write_log_bytes")
         assert log_bytes > 0
         real_fsync = os.fsync
 
@@ -120,7 +117,7 @@ def test_full_disk_is_507_and_nothing_is_applied(index_dir, monkeypatch):
         monkeypatch.setattr(os, "fsync", real_fsync)
         assert_error(client.get("/documents/new-2"), 404, "not_found")
         assert client.get("/documents/D1").status_code == 200
-        assert metric(client, "densehybrid_write_log_bytes") == log_bytes
+        assert scrape(client, "densehybrid_write_log_bytes") == log_bytes
         assert client.post("/documents", json={"documents": [other]}).status_code == 200
     assert [c.seq for c in wal.iter_changes(index_dir.with_name("index.wal"))] == [1, 2]
 

@@ -7,10 +7,11 @@ import sys
 
 import uvicorn
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.index.files import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+
+from support.fake_encoder import FakeEncoder
 
 if __name__ == "__main__":
     index, port, compact_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -1,18 +1,16 @@
-"""A deterministic encoder without weights, for batcher, index and API tests.
+"""The load benchmarks' encoder: deterministic, no weights, so a load test measures the service.
 
-Words are hashed to vocabulary ids; each word has a fixed weight and a fixed
-random dense direction. The lexical vector goes through the real §2 math
-(densify, aggregate), so gates and GIP behave like the real thing. Knobs for
-fault and load tests: ``delay_s`` per forward, ``fail_when`` a predicate on the
-texts' token ids that makes the forward raise.
+``densehybrid loadtest`` and ``python -m densehybrid.bench.write_load`` serve a small index with it.
+Words are hashed to vocabulary ids; each word has a fixed weight and a fixed random dense direction.
+The lexical vector goes through the real representation math (densify, aggregate), so gates and GIP
+behave like the real thing. It ranks by shared words, not meaning: use it for throughput and latency,
+never for quality numbers.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -24,11 +22,9 @@ from densehybrid.encoder.base import (GATED_KINDS, Encoded, Encoder, EncoderSpec
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0
 
 
-class FakeEncoderError(RuntimeError):
-    """Raised by a fault-injected forward."""
+class HashEncoder(Encoder):
+    model_prefix = "hash"  # model_id and weights_hash start with it
 
-
-class FakeEncoder(Encoder):
     def __init__(
         self,
         kind: Kind = "dhr",
@@ -40,15 +36,9 @@ class FakeEncoder(Encoder):
         lam: float = 1.0,
         max_query_length: int = 32,
         max_passage_length: int = 128,
-        delay_s: float = 0.0,
-        fail_when: Callable[[Sequence[TokenizedText]], bool] | None = None,
     ):
         self.vocab_size = vocab_size
         self.dense_dim = dense_dim
-        self.delay_s = delay_s
-        self.fail_when = fail_when
-        self.batch_sizes: list[int] = []
-        self._lock = threading.Lock()
         self._vocab: dict[int, str] = {}
         gated = dlr_dim if kind in GATED_KINDS else 0
         dim = {"aggretriever": agg_dim + dense_dim, "dlr": dlr_dim, "cls": dense_dim}.get(kind, dlr_dim + dense_dim)
@@ -64,8 +54,8 @@ class FakeEncoder(Encoder):
             max_query_length=max_query_length,
             max_passage_length=max_passage_length,
             vocab_size=vocab_size,
-            model_id=f"fake-{kind}",
-            weights_hash=f"fake-{kind}-{vocab_size}-{dlr_dim}-{dense_dim}-{agg_dim}",
+            model_id=f"{self.model_prefix}-{kind}",
+            weights_hash=f"{self.model_prefix}-{kind}-{vocab_size}-{dlr_dim}-{dense_dim}-{agg_dim}",
         )
 
     # -- tokenization -------------------------------------------------------
@@ -80,7 +70,7 @@ class FakeEncoder(Encoder):
         for text in texts:
             words = text.lower().split()
             ids = [CLS_ID, *(self._word_id(w) for w in words[:limit]), SEP_ID]
-            out.append(TokenizedText({"fake": ids}, truncated=len(words) > limit))
+            out.append(TokenizedText({"hash": ids}, truncated=len(words) > limit))
         return out
 
     def term(self, token_id: int) -> str:
@@ -103,19 +93,13 @@ class FakeEncoder(Encoder):
     def lexical_tokenized(self, items: Sequence[TokenizedText], role: Role) -> list[SparseVector]:
         if not self.has_lexical:
             return super().lexical_tokenized(items, role)
-        return [SparseVector.from_dense(self._lexical(item.ids["fake"]).numpy()) for item in items]
+        return [SparseVector.from_dense(self._lexical(item.ids["hash"]).numpy()) for item in items]
 
     def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
-        with self._lock:
-            self.batch_sizes.append(len(items))
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.fail_when is not None and self.fail_when(items):
-            raise FakeEncoderError("injected forward failure")
         if not items:
             dim, gated = self.spec.dim, self.spec.gated_dim
             return Encoded(np.zeros((0, dim), np.float32), np.zeros((0, gated), np.uint8) if gated else None)
-        ids = [item.ids["fake"] for item in items]
+        ids = [item.ids["hash"] for item in items]
         dense = torch.from_numpy(np.stack([self._dense(i) for i in ids]))
         if self.spec.kind == "cls":
             return Encoded(dense.numpy())
