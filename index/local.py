@@ -14,12 +14,12 @@ from densehybrid.index.documents import DocTable, Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.searcher import Searcher
-from densehybrid.index.served import ManifestView, SearchResults, StoredIndex
+from densehybrid.index.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
 from densehybrid.index.vector_store import VectorStore
 
 
 @dataclass(eq=False)
-class IndexFiles(ManifestView, StoredIndex):
+class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     """A loaded, verified index (``index.files.load_index``). ``values`` and ``gates`` are read-only memory maps."""
 
     path: Path
@@ -44,15 +44,6 @@ class IndexFiles(ManifestView, StoredIndex):
         if self._row_by_id is None:
             self._row_by_id = {d: i for i, d in enumerate(self.doc_ids)}
         return self._row_by_id.get(doc_id)
-
-    def contains(self, doc_id: str) -> bool:
-        return self.row_of(doc_id) is not None
-
-    def get(self, doc_id: str) -> Document | None:
-        return self.docs.get(doc_id)
-
-    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
-        return self.docs.get_many(ids)
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         return [self.doc_ids[r] for r in rows]

@@ -25,7 +25,7 @@ from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, ca
 from densehybrid.index.errors import IndexAccessError, IndexLoadError, SearchError
 from densehybrid.index.local import IndexFiles
 from densehybrid.index.searcher import Searcher
-from densehybrid.index.served import ManifestView, SearchResults, StoredIndex
+from densehybrid.index.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
 from densehybrid.index.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class _RowView:
         return fetched[1 + self.which][0]
 
 
-class MilvusIndex(ManifestView, StoredIndex):
+class MilvusIndex(ManifestView, DocumentLookup, StoredIndex):
     """A served collection: what the searcher, the service and the commands read of an index."""
 
     remote = True
@@ -216,15 +216,6 @@ class MilvusIndex(ManifestView, StoredIndex):
 
     def row_of(self, doc_id: str) -> int | None:
         return self.docs.row_of(doc_id)
-
-    def contains(self, doc_id: str) -> bool:
-        return self.row_of(doc_id) is not None
-
-    def get(self, doc_id: str) -> Document | None:
-        return self.docs.get(doc_id)
-
-    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
-        return self.docs.get_many(ids)
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         return self.store.ids_of(rows)

@@ -61,6 +61,24 @@ class ManifestView:
         return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
 
 
+class DocumentLookup:
+    """Document lookups through a ``docs`` table and ``row_of``: one implementation for the stored indexes."""
+
+    docs: object
+
+    def row_of(self, doc_id: str) -> int | None:
+        raise NotImplementedError
+
+    def contains(self, doc_id: str) -> bool:
+        return self.row_of(doc_id) is not None
+
+    def get(self, doc_id: str) -> Document | None:
+        return self.docs.get(doc_id)
+
+    def get_many(self, ids: Sequence[str]) -> list[Document | None]:
+        return self.docs.get_many(ids)
+
+
 @runtime_checkable
 class ServedIndex(Protocol):
     """An index as the service serves it: its description, its documents and search."""
