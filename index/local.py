@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index.documents import DocTable, Document
+from densehybrid.index.documents import DocTable
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.searcher import Searcher
