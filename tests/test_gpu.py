@@ -4,7 +4,7 @@ fp16 tolerance: encoder outputs under CUDA fp16 autocast are compared with CPU f
 ``atol = 5e-2`` on values of order 1 (fp16 has an 11-bit mantissa; the errors of a few layers
 add up to ~1e-3 relative); gates may differ only where two vocabulary entries of a DLR fold are
 that close; rankings are compared as top-10 ids on the real model. The CPU twins of each test are
-in test_torch_engine.py, test_encoders.py and test_service_*.py.
+in test_device_search.py, test_encoders.py and test_service_*.py.
 """
 
 from __future__ import annotations
