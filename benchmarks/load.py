@@ -1,6 +1,6 @@
 """Load test of a live server on loopback: saturation, latency under load, shedding, memory over a soak.
 
-``densehybrid loadtest`` (or ``python -m densehybrid.bench.load``) starts a server process on 127.0.0.1 (a
+``densehybrid loadtest`` starts a server process on 127.0.0.1 (``bench.load_server``: a
 HashEncoder whose forward takes ``base_ms + per_text_ms * texts`` of sleep, like a device forward
 that releases the GIL, over a small real index; or pass ``--url`` for a server already running),
 then drives ``/search`` with a bounded async httpx client in five phases:
@@ -18,18 +18,10 @@ request has a timeout, and the server process is stopped at the end.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import random
-import signal
-import statistics
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -37,9 +29,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from densehybrid.bench.servers import stop_process
+from densehybrid.bench.load_server import FakeServerConfig, fake_server
+from densehybrid.bench.server_probe import rss_drift, rss_mb, server_quantiles
 from densehybrid.bench.timing import percentile
 
 log = logging.getLogger(__name__)
@@ -59,18 +51,6 @@ class LoadConfig:
     timeout_s: float = 10.0
     rss_every_s: float = 2.0
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class FakeServerConfig:
-    """The server ``run_load`` starts when no ``--url`` is given."""
-
-    # DESIGN §10: a DistilBERT-base forward of one 32-token query takes 46-79 ms on this machine kind
-    base_ms: float = 40.0
-    per_text_ms: float = 10.0
-    max_batch_size: int = 4
-    queue_size: int = 32
-    documents: int = 500
 
 
 @dataclass
@@ -177,44 +157,6 @@ async def _sample_queue_depth(client: httpx.AsyncClient, deepest: list[float], s
             await asyncio.wait_for(stop.wait(), 0.2)
 
 
-def _buckets(metrics_text: str, family: str, labels: dict[str, str]) -> dict[float, float]:
-    """Cumulative histogram buckets {upper bound: count} of one labelled series in a /metrics text."""
-    out: dict[float, float] = {}
-    for fam in text_string_to_metric_families(metrics_text):
-        if fam.name == family:
-            for sample in fam.samples:
-                if sample.name.endswith("_bucket") and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    out[float(sample.labels["le"])] = out.get(float(sample.labels["le"]), 0.0) + sample.value
-    return out
-
-
-def server_quantiles(before: str, after: str, family: str, labels: dict[str, str],
-                     qs: tuple[float, ...] = (50, 99)) -> dict[str, float | None]:
-    """Upper bounds (ms) of the buckets holding each quantile of what the server observed between two scrapes.
-
-    Separates the server's own latency from the client's: on a shared machine the load driver's event
-    loop lags too, which inflates what the client measures."""
-    start, end = _buckets(before, family, labels), _buckets(after, family, labels)
-    deltas = sorted((le, end[le] - start.get(le, 0.0)) for le in end)
-    total = deltas[-1][1] if deltas else 0.0
-    result: dict[str, float | None] = {}
-    for q in qs:
-        bound = next((le for le, count in deltas if total and count >= total * q / 100), None)
-        result[f"p{q:g}_le_ms"] = None if bound is None else (bound * 1000 if bound != float("inf") else bound)
-    return result
-
-
-def rss_mb(pid: int) -> float | None:
-    """Resident set size of a process in MiB (Linux /proc), None if unavailable."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 async def _sample_rss(pid: int | None, every_s: float, samples: list[tuple[float, float]], stop: asyncio.Event) -> None:
     started = time.perf_counter()
     while pid is not None and not stop.is_set():
@@ -222,17 +164,6 @@ async def _sample_rss(pid: int | None, every_s: float, samples: list[tuple[float
             samples.append((round(time.perf_counter() - started, 1), round(mb, 1)))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
-
-
-def rss_drift(samples: list[tuple[float, float]]) -> dict:
-    """RSS at the end of the soak against the first third's end (allocator warm-up excluded)."""
-    if len(samples) < 3:
-        return {"samples": samples}
-    third = samples[len(samples) // 3][1]
-    last = statistics.median(mb for _, mb in samples[-3:])
-    return {"rss_start_mb": samples[0][1], "rss_after_third_mb": third, "rss_end_mb": last,
-            "drift_mb": round(last - third, 1), "drift_percent": round(100 * (last - third) / third, 2),
-            "samples": samples}
 
 
 async def observed_phase(client: httpx.AsyncClient, probe: httpx.AsyncClient, bodies: Iterator[dict], name: str,
@@ -280,57 +211,6 @@ async def drive(url: str, config: LoadConfig, server_pid: int | None = None, api
             "soak_rss": rss_drift(rss) if server_pid is not None else None, "config": asdict(config)}
 
 
-# -- the server under test -----------------------------------------------------------------------
-@contextlib.contextmanager
-def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120) -> Iterator[tuple[str, int]]:
-    """A ``serve`` child process on a free loopback port; yields (url, pid) and stops it afterwards."""
-    command = [sys.executable, "-m", "densehybrid.bench.load", "serve", "--workdir", str(workdir),
-               "--config", json.dumps(asdict(config))]
-    repo = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + timeout_s
-        line = ""
-        while not line.startswith("LISTENING "):
-            line = proc.stdout.readline()
-            if (not line and proc.poll() is not None) or time.monotonic() > deadline:
-                raise RuntimeError(f"the load-test server did not start (exit code {proc.poll()})")
-        yield line.split()[1], proc.pid
-    finally:
-        stop_process(proc)
-
-
-def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
-    """Child process: build (or reuse) a toy index, serve it on 127.0.0.1:0, print the URL once ready."""
-    from densehybrid.bench.hash_encoder import HashEncoder
-    from densehybrid.bench.servers import LiveServer
-    from densehybrid.bench.toy_index import build_toy_index
-    from densehybrid.index.files import load_index
-    from densehybrid.service.app import create_app
-    from densehybrid.service.settings import ServiceSettings
-
-    class DeviceLikeEncoder(HashEncoder):
-        """Forward time grows with the batch, like a real model; the sleep releases the GIL like a GPU call."""
-
-        def encode_tokenized(self, items, role):
-            time.sleep((config.base_ms + config.per_text_ms * len(items)) / 1000)
-            return super().encode_tokenized(items, role)
-
-    index_dir = workdir / "index" / "index"
-    if not index_dir.exists():
-        build_toy_index(HashEncoder("dhr"), workdir / "index", count=config.documents)
-    settings = ServiceSettings(max_batch_size=config.max_batch_size, queue_size=config.queue_size, log_level="WARNING")
-    app = create_app(settings, encoder=DeviceLikeEncoder("dhr"), index=load_index(index_dir))
-    with LiveServer(app) as live:
-        sys.stdout.write(f"LISTENING {live.url}\n")
-        sys.stdout.flush()
-        stopped = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-        while not stopped.wait(0.5):
-            pass
-
-
 def run_load(config: LoadConfig, server: FakeServerConfig, workdir: Path, url: str | None = None,
              server_pid: int | None = None, api_key: str | None = None) -> dict:
     if url is not None:
@@ -339,20 +219,3 @@ def run_load(config: LoadConfig, server: FakeServerConfig, workdir: Path, url: s
         report = asyncio.run(drive(started_url, config, pid))
     report["server"] = {"fake": asdict(server)}
     return report
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="(internal) the fake server child process")
-    serve.add_argument("--workdir", type=Path, required=True)
-    serve.add_argument("--config", default="{}")
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        logging.basicConfig(level=logging.WARNING)
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        _serve_fake(args.workdir, FakeServerConfig(**json.loads(args.config)))
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,8 @@ stays flat over the soak.
 
 import pytest
 
-from densehybrid.bench.load import FakeServerConfig, LoadConfig, rss_drift, run_load, server_quantiles
+from densehybrid.bench.load import FakeServerConfig, LoadConfig, run_load
+from densehybrid.bench.server_probe import rss_drift, server_quantiles
 from densehybrid.bench.timing import percentile, summarize
 
 SERVER = FakeServerConfig()
