@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("route,body", [("/encode", {"texts": ["gone before encoding"]}),
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, toy_index):
+    from densehybrid.bench.servers import LiveServer
     from densehybrid.index.files import load_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)

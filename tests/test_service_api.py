@@ -7,6 +7,7 @@ import httpx
 import numpy as np
 import pytest
 
+from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.schemas import EncodeResponse, SearchResponse
