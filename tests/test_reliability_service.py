@@ -79,7 +79,6 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
 @pytest.fixture(scope="module")
 def served_index(tmp_path_factory, tiny_bert_dir):
     """A small index of a real (tiny, random) model, built through the CLI like a user would."""
-    from densehybrid.bench.servers import write_toy_corpus
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.build import BuildOptions, build_index
     from densehybrid.bench.toy_index import write_toy_corpus
