@@ -26,10 +26,10 @@ RATE, BURST = 5, 5
 def limited_conf(text: str, listen_port: int, replica_url: str, tmp_path: Path) -> str:
     """The deploy config pointed at one loopback replica, with the rate limit's knobs turned down."""
     rate_line = re.compile(r"rate=\d+r/s;(\s*# rate limit: rate)")
-    burst_line = re.compile(r"burst=\d+ nodelay;(\s*# rate limit: burst)")
+    burst_line = re.compile(r"burst=\d+ delay=\d+;(\s*# rate limit: burst)")
     assert rate_line.search(text) and burst_line.search(text), "the rate limit's knobs moved: update this test"
     text = rate_line.sub(rf"rate={RATE}r/s;\1", text)
-    text = burst_line.sub(rf"burst={BURST} nodelay;\1", text)
+    text = burst_line.sub(rf"burst={BURST} delay={BURST};\1", text)  # the whole burst at once
     return (text.replace("resolver 127.0.0.11 ", "resolver 127.0.0.1:9 ")
             .replace("listen 8080;", f"listen 127.0.0.1:{listen_port};")
             .replace("http://densehybrid:8000", replica_url)
