@@ -25,6 +25,7 @@ from densehybrid.service.metrics import ServiceMetrics
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 WRITE_PATH = "/documents"
+_ALLOWED_CACHE_SIZE = 4096
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -86,7 +87,8 @@ class ServiceMiddleware:
     def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int,
                  write_api_key: str | None = None, routes: Sequence[BaseRoute] = ()):
         self.app = app
-        self.routes = routes  # the app's route list (read per request, so routes added later count)
+        self.routes = routes  # the app's route list, complete once the app serves
+        self._allowed: dict[tuple[str, str], list[str] | None] = {}  # (method, path) -> allowed_methods
         self.metrics = metrics
         self.api_key = api_key.encode() if api_key else None
         # writes need a key whenever any is configured: the write key if set, else the API key
@@ -137,7 +139,7 @@ class ServiceMiddleware:
             self.metrics.count_rejected("unauthorized")
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
         # routing before the body checks: a method the path does not take is a 405, whatever the body
-        allow = None if _is_cors_preflight(scope, headers) else allowed_methods(self.routes, scope)
+        allow = None if _is_cors_preflight(scope, headers) else self._allowed_methods(scope)
         if allow is not None:
             return MethodNotAllowed(f"{scope['method']} is not allowed on {scope['path']}; use {', '.join(allow)}",
                                     allow)
@@ -150,6 +152,15 @@ class ServiceMiddleware:
             return UnsupportedMediaType("every POST body is JSON: send it with 'Content-Type: application/json' "
                                         "(curl: -H 'Content-Type: application/json')")
         return None
+
+    def _allowed_methods(self, scope: Scope) -> list[str] | None:
+        """:func:`allowed_methods`, remembered per method and path (matching every route costs ~70 us)."""
+        key = (scope["method"], scope["path"])
+        if key not in self._allowed:
+            if len(self._allowed) >= _ALLOWED_CACHE_SIZE:  # paths come from clients: keep the memory bounded
+                self._allowed.clear()
+            self._allowed[key] = allowed_methods(self.routes, scope)
+        return self._allowed[key]
 
     @staticmethod
     def _authorized(headers: Headers, key: bytes) -> bool:
