@@ -54,8 +54,9 @@ def run_schemathesis(url: str, seed: int, config: Path) -> subprocess.CompletedP
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=config.parent)
 
 
-@pytest.mark.parametrize("seed", [FIXED_SEED, random.randrange(2**32)], ids=["fixed-seed", "random-seed"])
+@pytest.mark.parametrize("seed", [FIXED_SEED, None], ids=["fixed-seed", "random-seed"])
 def test_schemathesis_all_checks_pass(live, tmp_path, seed):
+    seed = random.randrange(2**32) if seed is None else seed  # drawn when run: the same tests collect everywhere
     print(f"schemathesis seed: {seed} (replay: --seed {seed})")
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
