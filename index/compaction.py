@@ -102,22 +102,31 @@ def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: 
     return fold(base, delta, path, applied_seq)
 
 
-def _child_setup(niceness: int) -> None:
-    """Niced, and killed with the server (Linux PR_SET_PDEATHSIG): no orphan fold races a restarted one."""
-    os.nice(niceness)
+def _die_with(parent_pid: int) -> None:
+    """Killed with the server (Linux PR_SET_PDEATHSIG): no orphan fold races a restarted one."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the server died before the line above took effect
+        raise SystemExit("the server that started this compaction is gone")
 
 
 def fold_in_subprocess(path: Path, log_dir: Path, through_segment: int, applied_seq: int, *,
                        niceness: int = 10) -> None:
-    """:func:`fold_from_log` in a niced child process; raises IndexWriteError with its stderr on failure."""
+    """:func:`fold_from_log` in a niced child process; raises IndexWriteError with its stderr on failure.
+
+    The child is niced from here, right after it starts (before its imports): a ``preexec_fn`` would
+    make the server fork rather than vfork, copying its page tables while holding the GIL, which
+    stalled every request thread for tens of milliseconds."""
     command = [sys.executable, "-m", "densehybrid.index.compaction", str(path), str(log_dir), str(through_segment),
-               str(applied_seq)]
-    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=lambda: _child_setup(niceness))
-    if done.returncode:
-        raise errors.IndexWriteError(f"compaction of {path} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+               str(applied_seq), str(os.getpid())]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, child.pid, niceness)
+    _, stderr = child.communicate()
+    if child.returncode:
+        raise errors.IndexWriteError(f"compaction of {path} failed (exit {child.returncode}): {stderr[-2000:]}")
 
 
 if __name__ == "__main__":
+    _die_with(int(sys.argv[5]))
     fold_from_log(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from densehybrid.service import handlers
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import JsonBool, PositiveInt, Text
+from densehybrid.service.schemas import JsonBool, PositiveInt, RequestBody, Text
 
 
 class DocumentObject(BaseModel):
@@ -40,7 +40,7 @@ class RerankResponse(BaseModel):
 def rerank_request(max_texts: int, version: int) -> type[BaseModel]:
     Documents = Annotated[list[Text | DocumentObject], Field(min_length=1, max_length=max_texts)]
 
-    class CohereRerankRequest(BaseModel):
+    class CohereRerankRequest(RequestBody):
         model_config = ConfigDict(extra="forbid", title=f"CohereRerankV{version}Request")
         model: str | None = Field(None, description="the served model's id, when given")
         query: Text

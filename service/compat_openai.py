@@ -19,7 +19,7 @@ from densehybrid.service import handlers
 from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import JsonInt, OpenAIErrorBody, Role, Text
+from densehybrid.service.schemas import JsonInt, OpenAIErrorBody, RequestBody, Role, Text
 
 TOKEN_IDS_REFUSED = ("token ids are not accepted: send the text itself (LangChain's OpenAIEmbeddings: set "
                      "check_embedding_ctx_length=False so that it sends text)")
@@ -65,7 +65,7 @@ class EmbeddingList(BaseModel):
 def embeddings_request(max_texts: int) -> type[BaseModel]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
 
-    class EmbeddingsRequest(BaseModel):
+    class EmbeddingsRequest(RequestBody):
         model_config = ConfigDict(extra="forbid", title="OpenAIEmbeddingsRequest")
         input: Annotated[Text | Texts, BeforeValidator(_no_token_ids)] = Field(
             description=f"a text or a list of up to {max_texts} texts (token ids are refused)")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from densehybrid.service import handlers
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import JsonBool, Role, Text
+from densehybrid.service.schemas import JsonBool, RequestBody, Role, Text
 
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
                   "x-queue-time": "queue_ms", "x-inference-time": "encode_ms"}
@@ -40,7 +40,7 @@ class RerankHit(BaseModel):
     text: str | None = None
 
 
-class _TeiRequest(BaseModel):
+class _TeiRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
 

@@ -49,6 +49,14 @@ class UnsupportedMediaType(ServiceError):
     status, type = 415, "unsupported_media_type"
 
 
+class MethodNotAllowed(ServiceError):
+    status, type = 405, "method_not_allowed"
+
+    def __init__(self, message: str, allow: list[str]):
+        super().__init__(message)
+        self.headers = {"Allow": ", ".join(allow)}
+
+
 class Unauthorized(ServiceError):
     status, type = 401, "unauthorized"
     headers = {"WWW-Authenticate": "Bearer"}

@@ -11,17 +11,21 @@ import hmac
 import re
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 
 from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from densehybrid.service import logging as service_logging
-from densehybrid.service.errors import PayloadTooLarge, Unauthorized, UnsupportedMediaType, service_error_response
+from densehybrid.service.errors import (MethodNotAllowed, PayloadTooLarge, Unauthorized, UnsupportedMediaType,
+                                        service_error_response)
 from densehybrid.service.metrics import ServiceMetrics
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 WRITE_PATH = "/documents"
+_ALLOWED_CACHE_SIZE = 4096
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -51,6 +55,28 @@ def _is_cors_preflight(scope: Scope, headers: Headers) -> bool:
     return scope["method"] == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
 
 
+def _leaf_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes themselves, with included routers opened up (FastAPI wraps them in one route each)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _leaf_routes(inner.routes)
+        else:
+            yield route
+
+
+def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str] | None:
+    """The methods the routes at this path accept, when none accepts this request's method; else None.
+
+    None also when no route has the path (the router answers 404). Routes sharing a path (a GET page
+    and a POST API at ``/``) each contribute their methods, so ``Allow`` lists them all."""
+    if any(route.matches(scope)[0] == Match.FULL for route in routes):
+        return None
+    methods = {method for route in _leaf_routes(routes) if route.matches(scope)[0] == Match.PARTIAL
+               for method in getattr(route, "methods", None) or ()}
+    return sorted(methods) or None
+
+
 def _is_json(content_type: str) -> bool:
     """application/json, or any application/*+json, with or without parameters (charset)."""
     media_type = content_type.partition(";")[0].strip().lower()
@@ -59,8 +85,10 @@ def _is_json(content_type: str) -> bool:
 
 class ServiceMiddleware:
     def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int,
-                 write_api_key: str | None = None):
+                 write_api_key: str | None = None, routes: Sequence[BaseRoute] = ()):
         self.app = app
+        self.routes = routes  # the app's route list, complete once the app serves
+        self._allowed: dict[tuple[str, str], list[str] | None] = {}  # (method, path) -> allowed_methods
         self.metrics = metrics
         self.api_key = api_key.encode() if api_key else None
         # writes need a key whenever any is configured: the write key if set, else the API key
@@ -110,6 +138,11 @@ class ServiceMiddleware:
                 and not self._authorized(headers, key)):
             self.metrics.count_rejected("unauthorized")
             return Unauthorized("missing or wrong API key: send 'Authorization: Bearer <key>'")
+        # routing before the body checks: a method the path does not take is a 405, whatever the body
+        allow = None if _is_cors_preflight(scope, headers) else self._allowed_methods(scope)
+        if allow is not None:
+            return MethodNotAllowed(f"{scope['method']} is not allowed on {scope['path']}; use {', '.join(allow)}",
+                                    allow)
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             self.metrics.count_rejected("body_too_large")
@@ -119,6 +152,15 @@ class ServiceMiddleware:
             return UnsupportedMediaType("every POST body is JSON: send it with 'Content-Type: application/json' "
                                         "(curl: -H 'Content-Type: application/json')")
         return None
+
+    def _allowed_methods(self, scope: Scope) -> list[str] | None:
+        """:func:`allowed_methods`, remembered per method and path (matching every route costs ~70 us)."""
+        key = (scope["method"], scope["path"])
+        if key not in self._allowed:
+            if len(self._allowed) >= _ALLOWED_CACHE_SIZE:  # paths come from clients: keep the memory bounded
+                self._allowed.clear()
+            self._allowed[key] = allowed_methods(self.routes, scope)
+        return self._allowed[key]
 
     @staticmethod
     def _authorized(headers: Headers, key: bytes) -> bool:

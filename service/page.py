@@ -103,10 +103,22 @@ async def _search(rt: Runtime, request: Request, query: str, k: int) -> tuple[di
     return {"hits": [_hit_view(hit, kind) for hit in found["results"]], "timing": found["timing"]}, 200
 
 
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+_HTML_ERROR = {"content": _HTML}
+_PAGE_RESPONSES = {
+    200: {"description": "the search page, with hits when `q` is given"},
+    422: {"content": {**_HTML, "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+          "description": "`q` or `k` out of range (a JSON error), or a search the page refused (the page)"},
+    429: {**_HTML_ERROR, "description": "encoder queue full: the page says so"},
+    503: {**_HTML_ERROR, "description": "not ready or timed out: the page says so"},
+}
+
+
 def build_page_router(rt: Runtime) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    # in the schema: ``/`` also takes POST (TEI's embed), and a 405 there lists both methods in ``Allow``
+    @router.get("/", response_class=HTMLResponse, tags=["page"], responses=_PAGE_RESPONSES)
     async def search_page(request: Request, q: str = Query("", max_length=2000),
                           k: int = Query(10, ge=1, le=rt.settings.max_k)) -> HTMLResponse:
         context, status = {"hits": [], "timing": None, "error": None}, 200

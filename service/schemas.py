@@ -8,6 +8,7 @@ bounds. Unknown fields are rejected. Response models are fixed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -42,7 +43,33 @@ FusionMethod = Literal["lambda", "zscore", "minmax", "lexical", "dense"]
 Role = Literal["query", "passage"]
 
 
-class _Strict(BaseModel):
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(value):
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"), which no UTF-8 text holds: each becomes U+FFFD.
+
+    Walks strings inside lists and objects, keys included; other values are returned as they are."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [replace_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {replace_lone_surrogates(key): replace_lone_surrogates(item) for key, item in value.items()}
+    return value
+
+
+class RequestBody(BaseModel):
+    """Base of every request body: any JSON string is accepted, lone surrogates replaced (a JSON Schema
+    string allows them, and pydantic's strings cannot hold them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replace_lone_surrogates(cls, data):
+        return replace_lone_surrogates(data)
+
+
+class _Strict(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -119,15 +146,13 @@ def documents_request_model(limits: Limits) -> type[BaseModel]:
     class DocumentsRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="DocumentsRequest")
         documents: list[NewDocument] = Field(min_length=1, max_length=limits.max_write_documents,
-                                             description="documents to add; an existing id is replaced")
+                                             description="documents to add; an existing id is replaced, and an id "
+                                                         "given twice in one request keeps its last document")
 
         @model_validator(mode="after")
-        def _unique_ids(self):
-            seen: set[str] = set()
-            for doc in self.documents:
-                if doc.id in seen:
-                    raise ValueError(f"document id {doc.id!r} occurs more than once in this request")
-                seen.add(doc.id)
+        def _last_of_each_id(self):
+            # the same rule as across requests (a later write replaces), so JSON Schema's view holds
+            self.documents = list({doc.id: doc for doc in self.documents}.values())
             return self
 
     return DocumentsRequest
