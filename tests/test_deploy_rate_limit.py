@@ -12,12 +12,16 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
-from densehybrid.bench.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer, free_port
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from deploy_tools import require_tool
+
+from support.deploy_tools import require_tool
+from support.fake_encoder import FakeEncoder
+
+pytestmark = pytest.mark.slow  # a real nginx in front of a live replica, like the other balancer tests
 
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nginx" / "nginx.conf"
 RATE, BURST = 5, 5
