@@ -285,6 +285,40 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     assert refused.exit_code == 2 and "one of" in refused.output
 
 
+def test_cli_eval_compare_fusion_prints_every_method_and_equals_the_single_runs(tmp_path, fake_models):
+    import json
+
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+    from densehybrid.index.build import read_corpus
+    from densehybrid.index.commands import COMPARED_METHODS
+    from test_build import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 40)
+    docs = list(read_corpus(corpus))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": docs[i].text[:30]}) + "\n"
+                                                    for i in range(8)))
+    (tmp_path / "qrels.tsv").write_text("".join(f"q{i}\tp{i}\t1\n" for i in range(8)))
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
+                                "--out", str(tmp_path / "ix"), "--no-progress"])
+    assert built.exit_code == 0, built.output
+    common = ["eval", "--index", str(tmp_path / "ix"), "--queries", str(tmp_path / "queries.jsonl"),
+              "--qrels", str(tmp_path / "qrels.tsv"), "--candidates", "10"]
+    compared = runner.invoke(app, common + ["--compare-fusion", "--json"])
+    assert compared.exit_code == 0, compared.output
+    table = json.loads(compared.output.strip().splitlines()[-1])
+    assert list(table) == list(COMPARED_METHODS)
+    for method in COMPARED_METHODS:
+        alone = runner.invoke(app, common + ["--fusion", method, "--json"])
+        assert json.loads(alone.output.strip().splitlines()[-1]) == table[method], method
+    printed = runner.invoke(app, common + ["--compare-fusion"])
+    assert all(method in printed.output for method in COMPARED_METHODS)
+    refused = runner.invoke(app, common + ["--compare-fusion", "--bm25"])
+    assert refused.exit_code == 2 and "--compare-fusion" in refused.output
+
+
 def test_live_server_search_picks_the_fusion_method_per_request(tmp_path):
     import httpx
 
