@@ -102,8 +102,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, method: str, *, lam: float = 1.
     """Fused scores (Q, K) float32 of the two parts' raw scores (Q, K) over the same candidates.
 
     ``lam`` is used by ``lambda`` only (lexical + λ·dense); ``dense_weight`` in [0, 1] by the
-    normalised methods (for ``adaptive`` the prior of the per-query weight). ``valid`` (Q, K) marks real candidates (padding is excluded from the
-    normalisation statistics and scores -inf).
+    normalised methods (for ``adaptive`` the prior of the per-query weight). ``valid`` (Q, K)
+    marks real candidates (padding is excluded from the normalisation statistics and scores -inf).
     """
     if method == "lambda":
         fused = np.asarray(lexical, dtype=np.float64) + lam * np.asarray(dense, dtype=np.float64)
