@@ -18,6 +18,7 @@ from rich.table import Table
 
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
+from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.index import commands
 from densehybrid.index.build import BuildOptions, build_index
@@ -50,6 +51,7 @@ def _check_fusion(value: str | None) -> str | None:
 
 
 _FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (zscore, minmax: per-query normalised; "
+                "adaptive: zscore with a per-query weight from each part's score distribution; "
                 "lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
 
 
@@ -180,6 +182,9 @@ def eval_command(
     bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
     fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
+    compare_fusion: bool = typer.Option(False, "--compare-fusion",
+                                        help="dhr/fusion: one row per fusion method (each part alone, lambda, zscore, "
+                                             "minmax, adaptive) on the same encoded queries"),
     encoder: EncoderOptions = None,
 ) -> None:
     """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries.
@@ -191,7 +196,12 @@ def eval_command(
         model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device)
         search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
                              rerank=not no_rerank, device=resolve_search_device(search_device, index))
-        if as_json:  # the asked-for system only, as before
+        if compare_fusion:
+            if bm25 or no_rerank or index.spec.kind not in SCALED_KINDS:
+                raise typer.BadParameter("--compare-fusion needs a fused index (dhr, fusion), the rerank and no --bm25")
+            search_kwargs.pop("rerank")
+            outcomes = commands.fusion_comparison(index, queries, qrels, encoder=model, **search_kwargs)
+        elif as_json:  # the asked-for system only, as before
             outcomes = {"": commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
                                               method=fusion, **search_kwargs)}
         else:
@@ -200,6 +210,9 @@ def eval_command(
     except _KNOWN_ERRORS as exc:
         fail(exc)
     last = list(outcomes.values())[-1]
+    if as_json and compare_fusion:
+        typer.echo(json.dumps({what: outcome.metrics for what, outcome in outcomes.items()}))
+        return
     if as_json:
         typer.echo(json.dumps(last.metrics))
         return

@@ -108,3 +108,35 @@ def eval_rows(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encode
     rows[label] = run_eval(index, queries_path, qrels_path, encoder=encoder, bm25=bm25, run_path=run_path,
                            method=method, **kwargs)
     return rows
+
+
+COMPARED_METHODS = ("lexical", "dense", "lambda", "zscore", "minmax", "adaptive")
+
+
+def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder,
+                      device: str = "cpu", depth: int = 1000, batch_size: int = 64,
+                      **search_kwargs) -> dict[str, EvalOutcome]:
+    """Every fusion method (``COMPARED_METHODS``) of a fused index on the same judged queries, encoded once.
+
+    -> {method: outcome}; ``lambda`` uses the given λ, else the index's.
+    """
+    queries = evaluate.read_queries(queries_path)
+    qrels = evaluate.read_qrels(qrels_path)
+    qids = [q for q in queries if qrels.get(q)]
+    texts = [queries[q] for q in qids]
+    start = time.perf_counter()
+    batches = [encoder.encode(texts[s:s + batch_size], "query") for s in range(0, len(texts), batch_size)]
+    encode_ms = (time.perf_counter() - start) * 1000
+    searcher = Searcher(index, device=device)
+    rows: dict[str, EvalOutcome] = {}
+    for method in COMPARED_METHODS:
+        ids, scores, timing = [], [], {"encode_ms": encode_ms, "search_ms": 0.0, "rerank_ms": 0.0}
+        for encoded in batches:
+            found = searcher.search(encoded, k=depth, method=method, **search_kwargs)
+            ids += found.ids
+            scores += found.scores
+            for key in ("search_ms", "rerank_ms"):
+                timing[key] += found.timing[key]
+        metrics = evaluate.evaluate(evaluate.to_run(qids, ids, scores), qrels)
+        rows[method] = EvalOutcome(metrics, len(qids), timing)
+    return rows

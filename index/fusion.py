@@ -12,19 +12,27 @@ then ``(1 - w)·lexical' + w·dense'`` with a fixed dense weight ``w`` (0.5: no 
 preferred a priori). Both are invariant to multiplying either part by a positive
 constant, so nothing has to be fitted per collection. ``lexical`` and ``dense`` rank
 by one part alone (for comparisons); ``lambda`` is the raw sum.
+
+``adaptive`` is ``zscore`` with the dense weight chosen per query, from the scores alone
+(no labels): a part whose best candidates stand clear of the rest of its head is trusted
+more than one whose head is flat (:func:`head_confidence`, :func:`adaptive_weight`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
-FusionMethod = Literal["lambda", "zscore", "minmax", "lexical", "dense"]
-FUSION_METHODS: tuple[str, ...] = ("lambda", "zscore", "minmax", "lexical", "dense")
-NORMALISED_METHODS: tuple[str, ...] = ("zscore", "minmax")
+FusionMethod = Literal["lambda", "zscore", "minmax", "adaptive", "lexical", "dense"]
+FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
+# methods that mix both parts' exact scores over candidates taken from each part
+NORMALISED_METHODS: tuple[str, ...] = ("zscore", "minmax", "adaptive")
 DEFAULT_METHOD = "zscore"
 DEFAULT_DENSE_WEIGHT = 0.5
+# head_confidence: the top ``HEAD_TOP`` against the top ``HEAD_DEPTH`` of a part's candidates
+HEAD_TOP = 10
+HEAD_DEPTH = 100
 
 
 def normalise(scores: np.ndarray, method: str, valid: np.ndarray | None = None) -> np.ndarray:
@@ -53,13 +61,49 @@ def normalise(scores: np.ndarray, method: str, valid: np.ndarray | None = None) 
     return np.where(valid, out, 0.0)
 
 
+def head_confidence(scores: np.ndarray, valid: np.ndarray | None = None, *, top: int = HEAD_TOP,
+                    depth: int = HEAD_DEPTH) -> np.ndarray:
+    """How clearly a part separates its best candidates, per query: ``(s_1 - s_top) / (s_1 - s_depth)``.
+
+    ``scores`` (Q, K) one part's scores over the query's candidates, ``valid`` (Q, K) the real ones;
+    ``s_i`` is the i-th largest valid score (``top`` and ``depth`` capped at the valid count). The share
+    of the head's range used up within the first ``top``: near 1 when a few candidates stand far above
+    the rest, near 0 when the head is flat. Unchanged by any positive scale and shift of the part.
+    A row with a flat head (or one valid cell) gets 0. -> (Q,) float64 in [0, 1].
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    valid = np.ones(scores.shape, dtype=bool) if valid is None else valid
+    ranked = -np.sort(-np.where(valid, scores, -np.inf), axis=1)  # descending, padding last
+    count = valid.sum(axis=1)
+    rows = np.arange(len(scores))
+    first = ranked[rows, 0]
+    at_top = ranked[rows, np.clip(np.minimum(top, count) - 1, 0, None)]
+    at_depth = ranked[rows, np.clip(np.minimum(depth, count) - 1, 0, None)]
+    span = first - at_depth
+    flat = ~(span > 1e-6 * np.maximum(np.abs(first), 1e-30))  # also catches rows with no valid cell
+    return np.where(flat, 0.0, (first - at_top) / np.where(flat, 1.0, span))
+
+
+def adaptive_weight(lexical: np.ndarray, dense: np.ndarray, valid: np.ndarray | None = None,
+                    prior: float = DEFAULT_DENSE_WEIGHT) -> np.ndarray:
+    """Per-query dense weight (Q,) in [0, 1]: the ``prior`` weight tilted by each part's head confidence.
+
+    ``w = prior·c_dense / (prior·c_dense + (1 - prior)·c_lexical)`` with ``c`` from
+    :func:`head_confidence` over the same (Q, K) candidates; ``prior`` where both are 0.
+    """
+    c_lex = head_confidence(lexical, valid)
+    c_dense = head_confidence(dense, valid)
+    num, den = prior * c_dense, prior * c_dense + (1.0 - prior) * c_lex
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), prior)
+
+
 def fuse(lexical: np.ndarray, dense: np.ndarray, method: str, *, lam: float = 1.0,
          dense_weight: float = DEFAULT_DENSE_WEIGHT, valid: np.ndarray | None = None) -> np.ndarray:
     """Fused scores (Q, K) float32 of the two parts' raw scores (Q, K) over the same candidates.
 
     ``lam`` is used by ``lambda`` only (lexical + λ·dense); ``dense_weight`` in [0, 1] by the
-    normalised methods. ``valid`` (Q, K) marks real candidates (padding is excluded from the
-    normalisation statistics and scores -inf).
+    normalised methods (for ``adaptive`` the prior of the per-query weight). ``valid`` (Q, K)
+    marks real candidates (padding is excluded from the normalisation statistics and scores -inf).
     """
     if method == "lambda":
         fused = np.asarray(lexical, dtype=np.float64) + lam * np.asarray(dense, dtype=np.float64)
@@ -70,8 +114,11 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, method: str, *, lam: float = 1.
     elif method in NORMALISED_METHODS:
         if not 0.0 <= dense_weight <= 1.0:
             raise ValueError(f"dense weight must be in [0, 1], got {dense_weight}")
-        fused = ((1.0 - dense_weight) * normalise(lexical, method, valid)
-                 + dense_weight * normalise(dense, method, valid))
+        weight = dense_weight
+        if method == "adaptive":  # z-scores, the weight per query (the given one is its prior)
+            weight = adaptive_weight(lexical, dense, valid, dense_weight)[:, None]
+            method = "zscore"
+        fused = (1.0 - weight) * normalise(lexical, method, valid) + weight * normalise(dense, method, valid)
     else:
         raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(FUSION_METHODS)}")
     if valid is not None:
@@ -86,3 +133,14 @@ def split_query(xq: np.ndarray, gated_dim: int) -> tuple[np.ndarray, np.ndarray]
     lexical[:, gated_dim:] = 0.0
     dense[:, :gated_dim] = 0.0
     return lexical, dense
+
+
+def union_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per query, the distinct rows of ``a`` (Q, Ka) and ``b`` (Q, Kb) (-1 = none) -> (Q, Ka + Kb) int64,
+    ascending, each row once, -1 padding last."""
+    both = np.sort(np.concatenate([a, b], axis=1).astype(np.int64), axis=1)
+    repeat = np.zeros(both.shape, dtype=bool)
+    repeat[:, 1:] = both[:, 1:] == both[:, :-1]
+    both = np.where(repeat | (both < 0), np.iinfo(np.int64).max, both)
+    both = np.sort(both, axis=1)
+    return np.where(both == np.iinfo(np.int64).max, -1, both)

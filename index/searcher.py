@@ -4,7 +4,8 @@
 their open part by λ for ``dhr``/``fusion``, runs the first stage (Faiss ``ip``
 or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
 for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
-separately, normalised over the candidates and mixed), and returns ids, scores, rows and per-stage times. Ties are
+separately, normalised over the candidates and mixed; their candidates come from each part's own
+first stage), and returns ids, scores, rows and per-stage times. Ties are
 ordered by row number, so equal inputs give equal outputs on every run. Every stage runs in the index's
 :class:`~densehybrid.index.vector_store.VectorStore`, chosen once when the searcher is built.
 """
@@ -77,6 +78,20 @@ def resolve_method(index: StoredIndex, method: str | None, lam: float | None) ->
     return method
 
 
+def _above_the_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> np.ndarray:
+    """The top ``depth`` rows of a sorted top list (Q, ≥ depth) less those tied with the row after the cut
+    (-1 instead); a list of ``depth`` rows or fewer comes back whole.
+
+    Which of a tied group makes the cut is engine-specific (Faiss, torch and Milvus order ties
+    differently), so keeping none of it gives every engine the same candidates. Such ties are in
+    practice a part's zero scores (no term matched), which the other part's candidates cover.
+    """
+    if rows.shape[1] <= depth:
+        return rows
+    keep = scores[:, :depth] > scores[:, depth:depth + 1]
+    return np.where(keep, rows[:, :depth], -1)
+
+
 class Searcher:
     """Searches one stored index (a local directory, ``index.local.IndexFiles``, or a Milvus collection,
     ``index.milvus.MilvusIndex``) through the :class:`VectorStore` the index hands it.
@@ -135,6 +150,21 @@ class Searcher:
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         return lexical if method == "lexical" else dense
 
+    def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
+                                theta: float) -> np.ndarray:
+        """Candidate rows (Q, ≤ 2·depth) of a normalised fusion: the union of each part's own top ``depth``.
+
+        The λ sum's top list is mostly the lexical part's (its scores are the larger), so it loses
+        the dense part's finds; searching each part with the other's dims zeroed keeps both. The
+        dense part's inner product is already exact, so only the lexical search uses ``first_stage``.
+        """
+        lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
+        # one row past the cut shows whether the cut runs through tied scores (see _above_the_cut)
+        probe = min(depth + 1, self.index.count)
+        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta), depth)
+        dense_rows = _above_the_cut(*self.store.inner_product(dense, probe), depth)
+        return fusion.union_rows(lexical_rows, dense_rows)
+
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
                       dense_weight: float) -> tuple[np.ndarray, np.ndarray]:
         """Exact part scores of the candidates (in the store), normalised per query over them and mixed; top ``k``."""
@@ -149,8 +179,9 @@ class Searcher:
         """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking.
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
-        (see ``fusion_method``); the normalised ones (``zscore``, ``minmax``) take their first-stage
-        candidates from the λ sum and normalise each part over them, so they need the rerank.
+        (see ``fusion_method``); the normalised ones (``fusion.NORMALISED_METHODS``) take the union of
+        each part's own top ``candidates`` (so up to twice as many rows) and normalise each part over
+        it, so they need the rerank.
         """
         self._check(queries, k, first_stage, candidates)
         method = self.fusion_method(method, lam)
@@ -165,11 +196,15 @@ class Searcher:
         gq = queries.gates if self.reranks else None
         second = rerank and self.reranks
         depth = min(n, max(k, candidates) if second else k)
+        fused = second and method in fusion.NORMALISED_METHODS
         start = time.perf_counter()
-        scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
+        if fused:
+            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta)
+        else:
+            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
         search_ms = _ms(start)
         start = time.perf_counter()
-        if second and method in fusion.NORMALISED_METHODS:
+        if fused:
             scores, rows = self._fused_rerank(xq, gq, rows, k, method, dense_weight)
         elif second:
             scores, rows = self.store.rerank(xq, gq, rows, k)

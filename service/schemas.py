@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Le
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
 
+from densehybrid.index.fusion import FusionMethod
 from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
@@ -39,7 +40,6 @@ JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 # index.fusion.FUSION_METHODS, spelled out for the schema
-FusionMethod = Literal["lambda", "zscore", "minmax", "lexical", "dense"]
 Role = Literal["query", "passage"]
 
 
@@ -107,7 +107,8 @@ def request_models(limits: Limits) -> RequestModels:
                                   description="weight of the query's dense part; default: the index's")
         fusion: FusionMethod | None = Field(
             None, description="dhr/fusion: how the lexical and dense parts mix (zscore, minmax: normalised per query "
-                              "over the candidates; lambda: raw sum; lexical, dense: one part alone); default: the "
+                              "over candidates taken from each part; adaptive: zscore with a per-query weight from "
+                              "each part's score distribution; lambda: raw sum; lexical, dense: one part alone); default: the "
                               "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")

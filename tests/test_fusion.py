@@ -74,6 +74,63 @@ def test_unknown_method_and_weight_out_of_range_are_refused():
         fusion.fuse(lexical, dense, "zscore", dense_weight=1.5)
 
 
+def slow_head_confidence(row, top, depth):
+    """One query, plain Python: (best - top-th best) / (best - depth-th best) over the valid scores."""
+    ranked = sorted(row, reverse=True)
+    if len(ranked) < 2:
+        return 0.0
+    best, at_top, at_depth = ranked[0], ranked[min(top, len(ranked)) - 1], ranked[min(depth, len(ranked)) - 1]
+    return 0.0 if best == at_depth else (best - at_top) / (best - at_depth)
+
+
+def test_head_confidence_and_adaptive_weight_equal_a_python_rederivation():
+    lexical, dense = seeded_parts(q=9, k=150)
+    valid = np.ones(lexical.shape, dtype=bool)
+    valid[2, 60:] = False  # fewer candidates than the head depth
+    valid[3, 5:] = False   # fewer than the top
+    valid[4, 1:] = False   # a single candidate: no head to judge
+    dense[5] = 0.7         # a flat part: no confidence, the other part decides
+    for top, depth in ((10, 100), (3, 40)):
+        got_lex = fusion.head_confidence(lexical, valid, top=top, depth=depth)
+        got_dense = fusion.head_confidence(dense, valid, top=top, depth=depth)
+        for i in range(len(lexical)):
+            want_lex = slow_head_confidence(lexical[i][valid[i]], top, depth)
+            want_dense = slow_head_confidence(dense[i][valid[i]], top, depth)
+            assert got_lex[i] == pytest.approx(want_lex, abs=1e-12)
+            assert got_dense[i] == pytest.approx(want_dense, abs=1e-12)
+    weight = fusion.adaptive_weight(lexical, dense, valid, prior=0.3)
+    c_lex, c_dense = fusion.head_confidence(lexical, valid), fusion.head_confidence(dense, valid)
+    for i in range(len(lexical)):
+        both = 0.3 * c_dense[i] + 0.7 * c_lex[i]
+        assert weight[i] == pytest.approx(0.3 if both == 0 else 0.3 * c_dense[i] / both)
+    assert weight[4] == 0.3 and weight[5] == 0.0 and ((weight > 0) & (weight < 1)).sum() >= 6
+
+
+def test_adaptive_is_zscore_with_the_per_query_weight_and_ignores_scale_and_shift():
+    lexical, dense = seeded_parts()
+    weight = fusion.adaptive_weight(lexical, dense)
+    z = lambda s: (s - s.mean(axis=1, keepdims=True)) / s.std(axis=1, keepdims=True)  # noqa: E731
+    want = (1 - weight[:, None]) * z(lexical) + weight[:, None] * z(dense)
+    got = fusion.fuse(lexical, dense, "adaptive")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    moved = fusion.fuse(lexical * 41.0 + 3.0, dense * 0.05 - 1.0, "adaptive")
+    np.testing.assert_array_equal(ranking(moved), ranking(got))
+    assert not np.allclose(weight, 0.5)  # the weight does move per query
+
+
+def test_union_rows_equals_python_sets():
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 40, (6, 15))
+    b = rng.integers(0, 40, (6, 9))
+    a[1, 10:] = -1
+    b[2, :] = -1
+    got = fusion.union_rows(a, b)
+    assert got.shape == (6, 24)
+    for i in range(6):
+        want = sorted((set(a[i]) | set(b[i])) - {-1})
+        assert got[i, :len(want)].tolist() == want and (got[i, len(want):] == -1).all()
+
+
 def exhaustive_parts(index, queries):
     lexical_q, dense_q = fusion.split_query(queries.values, index.spec.gated_dim)
     lexical = gip.exhaustive(lexical_q, queries.gates, index.values, index.gates).astype(np.float64)
@@ -97,6 +154,48 @@ def test_searcher_zscore_with_all_candidates_equals_numpy_over_every_row(tmp_pat
     want_scores, want_rows = numpy_zscore_topk(lexical, dense, 40)
     np.testing.assert_array_equal(np.array(got.rows), want_rows)
     np.testing.assert_allclose(np.array(got.scores), want_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_searcher_adaptive_with_all_candidates_equals_numpy_over_every_row(tmp_path):
+    index = make_index(tmp_path, "fusion", lam=3.0)
+    queries = queries_for(index, 5)
+    got = Searcher(index).search(queries, k=40, candidates=index.count, method="adaptive")
+    lexical, dense = exhaustive_parts(index, queries)
+    c = [[slow_head_confidence(part[i], 10, 100) for part in (lexical, dense)] for i in range(len(lexical))]
+    weight = np.array([cd / (cl + cd) for cl, cd in c])
+    z = lambda s: (s - s.mean(axis=1, keepdims=True)) / s.std(axis=1, keepdims=True)  # noqa: E731
+    fused = (1 - weight[:, None]) * z(lexical) + weight[:, None] * z(dense)
+    order = np.lexsort((np.arange(fused.shape[1])[None, :].repeat(fused.shape[0], 0), -fused), axis=-1)[:, :40]
+    np.testing.assert_array_equal(np.array(got.rows), order)
+    np.testing.assert_allclose(np.array(got.scores), np.take_along_axis(fused, order, 1), rtol=1e-4, atol=1e-4)
+
+
+def recall(found_rows, relevant):
+    return np.mean([len(set(f) & r) / len(r) for f, r in zip(found_rows, relevant)])
+
+
+@pytest.mark.parametrize("method", ["zscore", "adaptive"])
+def test_fused_candidates_contain_each_parts_candidates_so_recall_is_at_least_the_better_parts(tmp_path, method):
+    # a dense part on a larger scale than the lexical one (λ = 8): the λ sum's top K1 is mostly the
+    # dense part's, so taking the candidates from it would lose lexical finds
+    index = make_index(tmp_path, "fusion", n=600, lam=8.0)
+    queries = queries_for(index, 12)
+    searcher, depth = Searcher(index), 40
+    lexical, dense = exhaustive_parts(index, queries)
+    relevant = [set(np.argsort(-(z_l + z_d))[:5]) for z_l, z_d in zip(lexical / lexical.std(1, keepdims=True),
+                                                                        dense / dense.std(1, keepdims=True))]
+    parts = {m: searcher.search(queries, k=depth, candidates=depth, method=m).rows for m in ("lexical", "dense")}
+    raw_sum = searcher.search(queries, k=depth, candidates=depth, method="lambda").rows
+    mixed = []  # the candidate rows the fusion scores, as the store is asked for them
+    part_scores = searcher.store.part_scores
+    searcher.store.part_scores = lambda xq, gq, rows: mixed.append(rows.copy()) or part_scores(xq, gq, rows)
+    searcher.search(queries, k=10, candidates=depth, method=method)
+    fused = [[r for r in rows if r >= 0] for rows in mixed[0]]
+    for i in range(len(fused)):
+        assert set(parts["lexical"][i]) | set(parts["dense"][i]) == set(fused[i])
+    best_part = max(recall(parts["lexical"], relevant), recall(parts["dense"], relevant))
+    assert recall(fused, relevant) >= best_part
+    assert recall(fused, relevant) > recall(raw_sum, relevant)  # what one λ-sum first stage would miss
 
 
 def test_searcher_ranking_ignores_lambda_and_the_lexical_scale_under_normalised_fusion(tmp_path):
@@ -184,6 +283,40 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     assert "fusion (lambda, λ = 3)" in with_lambda.output
     refused = runner.invoke(app, common + ["--fusion", "rrf"])
     assert refused.exit_code == 2 and "one of" in refused.output
+
+
+def test_cli_eval_compare_fusion_prints_every_method_and_equals_the_single_runs(tmp_path, fake_models):
+    import json
+
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+    from densehybrid.index.build import read_corpus
+    from densehybrid.index.commands import COMPARED_METHODS
+    from test_build import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 40)
+    docs = list(read_corpus(corpus))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": docs[i].text[:30]}) + "\n"
+                                                    for i in range(8)))
+    (tmp_path / "qrels.tsv").write_text("".join(f"q{i}\tp{i}\t1\n" for i in range(8)))
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
+                                "--out", str(tmp_path / "ix"), "--no-progress"])
+    assert built.exit_code == 0, built.output
+    common = ["eval", "--index", str(tmp_path / "ix"), "--queries", str(tmp_path / "queries.jsonl"),
+              "--qrels", str(tmp_path / "qrels.tsv"), "--candidates", "10"]
+    compared = runner.invoke(app, common + ["--compare-fusion", "--json"])
+    assert compared.exit_code == 0, compared.output
+    table = json.loads(compared.output.strip().splitlines()[-1])
+    assert list(table) == list(COMPARED_METHODS)
+    for method in COMPARED_METHODS:
+        alone = runner.invoke(app, common + ["--fusion", method, "--json"])
+        assert json.loads(alone.output.strip().splitlines()[-1]) == table[method], method
+    printed = runner.invoke(app, common + ["--compare-fusion"])
+    assert all(method in printed.output for method in COMPARED_METHODS)
+    refused = runner.invoke(app, common + ["--compare-fusion", "--bm25"])
+    assert refused.exit_code == 2 and "--compare-fusion" in refused.output
 
 
 def test_live_server_search_picks_the_fusion_method_per_request(toy_index):

@@ -82,7 +82,7 @@ def test_collection_search_with_normalised_fusion_equals_the_local_index(toy, co
     index, _ = toy
     queries = FakeEncoder("dhr").encode(QUERIES, "query")
     assert collection.fusion_method == index.fusion_method and collection.dense_weight == index.dense_weight
-    for method, weight in (("zscore", None), ("minmax", 0.3), ("dense", None), ("lexical", None)):
+    for method, weight in (("zscore", None), ("minmax", 0.3), ("adaptive", None), ("dense", None), ("lexical", None)):
         local = Searcher(index).search(queries, k=10, candidates=40, method=method, dense_weight=weight)
         remote = Searcher(collection).search(queries, k=10, candidates=40, method=method, dense_weight=weight)
         assert remote.ids == local.ids and remote.rows == local.rows

@@ -112,15 +112,20 @@ def test_normalised_fusion_on_the_torch_engine_equals_faiss_and_numpy(tmp_path, 
     for found in (faiss_all, torch_all):  # K1 = N: both engines normalise over every row
         assert found.rows == want_rows.tolist()
         np.testing.assert_allclose(found.scores, want_scores, rtol=1e-4, atol=1e-4)
-    # K1 < N: the torch engine's candidates are the top rows of its float16 copy by the λ sum
+    # K1 < N: the torch engine's candidates are each part's top rows of its float16 copy, united
     depth = 60
-    ip = xq.astype(np.float64) @ index.values.astype(np.float64).T
-    candidates = np.argsort(-ip, axis=1, kind="stable")[:, :depth]
-    want_scores, want_rows = top(numpy_fused(xq, queries.gates, index.values, index.gates, candidates, method, weight),
-                                 candidates, k)
+    g = index.spec.gated_dim
+    v = index.values.astype(np.float64)
+    lexical_ip = xq[:, :g].astype(np.float64) @ v[:, :g].T
+    dense_ip = xq[:, g:].astype(np.float64) @ v[:, g:].T
     torch_some = Searcher(index, engine="torch").search(queries, candidates=depth, **params)
-    assert torch_some.rows == want_rows.tolist()
-    np.testing.assert_allclose(torch_some.scores, want_scores, rtol=1e-4, atol=1e-4)
+    for i, (a, b) in enumerate(zip(lexical_ip, dense_ip)):
+        union = np.array(sorted(set(np.argsort(-a, kind="stable")[:depth]) | set(np.argsort(-b, kind="stable")[:depth])))
+        assert len(union) > depth  # the parts disagree, so the union is larger than either
+        fused = numpy_fused(xq[i:i + 1], queries.gates[i:i + 1], index.values, index.gates, union[None], method, weight)
+        want_scores, want_rows = top(fused, union[None], k)
+        assert torch_some.rows[i] == want_rows[0].tolist()
+        np.testing.assert_allclose(torch_some.scores[i], want_scores[0], rtol=1e-4, atol=1e-4)
 
 
 def test_torch_part_scores_equal_the_faiss_stores_over_two_devices_and_small_chunks(tmp_path):
