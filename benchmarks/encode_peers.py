@@ -1,4 +1,4 @@
-"""/encode and /search under many clients, side by side with infinity-emb, and where the time goes (issue 18).
+"""/encode and /search under many clients, side by side with infinity-emb, and where the time goes.
 
 Starts ``densehybrid serve --model minilm`` (encode-only) on a free loopback port and drives ``/encode``
 with wrk (``wrk_closed_loop.lua``): ``-c N`` connections are N closed-loop clients, each sending its next
@@ -27,23 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from importlib import resources
 from itertools import islice
 from pathlib import Path
 
+from densehybrid.bench.infinity_peer import infinity_venv, start_infinity
 from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 from densehybrid.bench.service_latency import QUERIES
 from densehybrid.encoder.zoo import resolve
 
-INFINITY_REQUIREMENT = "infinity-emb[server,torch]==0.0.78"
-TORCH_REQUIREMENT = "torch==2.13.0"  # first, so that pip takes the local CPU build
 PASSAGE = ("Dense retrieval maps queries and passages to vectors and ranks passages by inner product; "
            "a lexical part keeps exact term matches that a dense vector alone blurs.")
 WORKLOADS = ("query", "passages", "search")
@@ -151,29 +148,6 @@ def start_densehybrid(serve_args: list[str]) -> tuple[subprocess.Popen, str]:
                              "--log-level", "WARNING"])
     url = f"http://127.0.0.1:{port}"
     wait_for_process_ready(url, proc, "/ready", timeout_s=600)
-    return proc, url
-
-
-def infinity_venv(directory: Path) -> Path:
-    """The infinity-emb executable in its own virtual environment, created on first use."""
-    executable = directory / "bin" / "infinity_emb"
-    if not executable.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(directory)], check=True)
-        pip = [str(directory / "bin" / "pip"), "install", "-q"]
-        subprocess.run([*pip, TORCH_REQUIREMENT], check=True)
-        subprocess.run([*pip, INFINITY_REQUIREMENT], check=True)
-    return executable
-
-
-def start_infinity(executable: Path, model_dir: Path, batch_size: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([str(executable), "v2", "--model-id", str(model_dir), "--engine", "torch", "--device", "cpu",
-                             "--batch-size", str(batch_size), "--pooling-method", "mean", "--no-bettertransformer",
-                             "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning"],
-                            env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_for_process_ready(url, proc, "/health", timeout_s=600)
     return proc, url
 
 

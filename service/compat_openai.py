@@ -19,7 +19,8 @@ from densehybrid.service import handlers
 from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import JsonInt, OpenAIErrorBody, RequestBody, Role, Text
+from densehybrid.service.responses import OpenAIErrorBody
+from densehybrid.service.schemas import JsonInt, RequestBody, Role, Text
 
 TOKEN_IDS_REFUSED = ("token ids are not accepted: send the text itself (LangChain's OpenAIEmbeddings: set "
                      "check_embedding_ctx_length=False so that it sends text)")

@@ -10,8 +10,9 @@ from pydantic_core import to_json
 from densehybrid.service import documents, handlers
 from densehybrid.service.metrics import CONTENT_TYPE
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready, SearchResponse,
-                             StoredDocument, WriteResult, documents_request_model, request_models)
+from densehybrid.service.responses import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready,
+                                           SearchResponse, StoredDocument, WriteResult)
+from densehybrid.service.schemas import documents_request_model, request_models
 
 _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {
     401: "missing or wrong API key",

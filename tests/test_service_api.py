@@ -10,7 +10,7 @@ import pytest
 from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
 from densehybrid.service.app import create_app
-from densehybrid.service.schemas import EncodeResponse, SearchResponse
+from densehybrid.service.responses import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
 

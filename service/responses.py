@@ -1,0 +1,162 @@
+"""Response bodies of the HTTP API: fixed models, so the OpenAPI document states every answer's shape."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from densehybrid.encoder.choices import Role
+
+
+class SearchTiming(BaseModel):
+    queue_ms: float
+    encode_ms: float
+    search_ms: float
+    rerank_ms: float
+    total_ms: float
+
+
+class EncodeTiming(BaseModel):
+    queue_ms: float
+    tokenize_ms: float
+    encode_ms: float
+    total_ms: float
+
+
+class ExplainTiming(BaseModel):
+    queue_ms: float
+    encode_ms: float
+    explain_ms: float
+    total_ms: float
+
+
+class Term(BaseModel):
+    token_id: int
+    term: str
+    query_weight: float
+    passage_weight: float
+    contribution: float
+
+
+class Explanation(BaseModel):
+    terms: list[Term] = Field(description="matched lexical terms, largest contribution first")
+    lexical: float = Field(description="gated (lexical) part of the score")
+    semantic: float = Field(description="dense part of the score, lambda applied")
+    total: float
+
+
+class Hit(BaseModel):
+    id: str
+    score: float
+    rank: int = Field(ge=1)
+    title: str | None = None
+    text: str | None = None
+    explanation: Explanation | None = None
+
+
+class IndexSummary(BaseModel):
+    name: str
+    documents: int
+    kind: str
+
+
+class SearchResponse(BaseModel):
+    results: list[Hit] | list[list[Hit]] = Field(description="hits for `query`, or one hit list per entry of `queries`")
+    timing: SearchTiming
+    index: IndexSummary
+
+
+class EncodeResponse(BaseModel):
+    vectors: list[list[float]] = Field(description="(n, dim) values; the dense part unscaled")
+    gates: list[list[int]] | None = Field(description="(n, gated_dim) DLR indexes, for kinds with gates")
+    dim: int
+    gated_dim: int
+    kind: str
+    role: Role
+    truncated: list[bool] = Field(description="whether each text was cut to the max length")
+    timing: EncodeTiming
+
+
+class ExplainResponse(Explanation):
+    id: str
+    timing: ExplainTiming
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    ready: bool
+    status: str
+
+
+class ModelInfo(BaseModel):
+    model_id: str
+    dense_model_id: str | None
+    kind: str
+    dim: int
+    gated_dim: int
+    lam: float
+    skip_mlm: bool
+    device: str
+    backend: str = Field(description="the encoder's runtime: torch or onnx (what backend=auto chose)")
+    max_query_length: int
+    max_passage_length: int
+    truncation: str
+
+
+class IndexInfo(BaseModel):
+    name: str
+    documents: int
+    dim: int
+    lam: float
+
+
+class Info(BaseModel):
+    model: ModelInfo
+    index: IndexInfo | None
+    search_lambda: float | None = Field(description=(
+        "the λ /search and /explain apply when a request sends no 'lambda': the index's (its manifest); "
+        "model.lam is only the model's default that index build started from; null without an index"))
+    limits: dict[str, int]
+    ready: bool
+    model_id: str = Field(description="TEI's field: the served model")
+    max_input_length: int = Field(description="TEI's field: the longest text in tokens (passage side)")
+    max_client_batch_size: int = Field(description="TEI's field: texts per request")
+    max_batch_tokens: int = Field(description="TEI's field: padded tokens per forward")
+
+
+class StoredDocument(BaseModel):
+    id: str
+    title: str
+    text: str
+
+
+class WriteResult(BaseModel):
+    ids: list[str] = Field(description="the ids written (added or replaced) or deleted")
+    seq: int = Field(description="sequence number of the change in the write-ahead log")
+    documents: int = Field(description="documents in the index after the change")
+    timing: dict[str, float]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str
+
+
+class OpenAIErrorBody(BaseModel):
+    """The error object of the OpenAI-compatible routes."""
+
+    error: OpenAIErrorDetail
