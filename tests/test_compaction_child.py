@@ -21,6 +21,7 @@ sys.exit(f"niceness {os.getpriority(os.PRIO_PROCESS, 0)}")
 """
 
 
+@pytest.mark.slow  # starts a real fold child and waits for its nice value
 def test_the_fold_child_is_niced_from_the_server_and_started_without_preexec_fn(tmp_path, monkeypatch):
     real_popen = subprocess.Popen
     started = {}

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # image builds and a real Compose stack: minutes
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_HINT = "bash ../shared/docker/engine.sh docker-compose.yml"

@@ -43,6 +43,7 @@ def check_same(live: LiveIndex, reference, encoder, **params):
         assert sorted(zip(np.round(g_scores, 3), g_ids)) == sorted(zip(np.round(w_scores, 3), w_ids))
 
 
+@pytest.mark.slow  # compactions in a child process: ~15 s a kind
 @pytest.mark.parametrize("kind", ["dhr", "cls"])
 def test_writes_search_compact_and_recover_like_a_fresh_build(tmp_path, kind):
     encoder = FakeEncoder(kind)
