@@ -19,12 +19,13 @@ thread and the caller's future resolves only with the final answer.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol
+from typing import Callable, ContextManager, Literal, Protocol
 
 from densehybrid.encoder.base import Encoded, Encoder, Role, SparseVector, TokenizedText
 from densehybrid.service.errors import EncoderFailed, NotReady, QueueFull
@@ -79,8 +80,10 @@ class _Job:
 class Batcher:
     def __init__(self, encoder: Encoder, *, max_batch_size: int = 64, max_batch_tokens: int = 16384,
                  max_wait_s: float = 0.0, queue_size: int = 1024, retry_after_s: int = 1,
-                 observer: BatchObserver | None = None):
+                 observer: BatchObserver | None = None, hand_on: Callable[[], ContextManager] | None = None):
         self.encoder = encoder
+        # entered around the hand-on of one batch's jobs to their next stage (the search batcher holds its drain)
+        self.hand_on = hand_on or contextlib.nullcontext
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
@@ -217,14 +220,15 @@ class Batcher:
             seconds = time.perf_counter() - started
             self.observer.observe_batch(role, len(items), len(items) * max(i.length for i in items), seconds)
             offset = 0
-            for job in live:
-                rows = slice(offset, offset + len(job.items))
-                outcome = EncodeOutcome(encoded[rows], (started - job.enqueued) * 1000, seconds * 1000, len(items))
-                offset += len(job.items)
-                if job.then is None:
-                    job.future.set_result(outcome)
-                else:
-                    _hand_on(job, outcome)
+            with self.hand_on():
+                for job in live:
+                    rows = slice(offset, offset + len(job.items))
+                    outcome = EncodeOutcome(encoded[rows], (started - job.enqueued) * 1000, seconds * 1000, len(items))
+                    offset += len(job.items)
+                    if job.then is None:
+                        job.future.set_result(outcome)
+                    else:
+                        _hand_on(job, outcome)
         except Exception as exc:  # noqa: BLE001 - the worker must survive any forward failure
             log.exception("encoder forward failed (%d texts, role %s)", len(items), role)
             self.observer.count_batch_failure(role)

@@ -18,9 +18,10 @@ search thread before the future resolves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,7 @@ class SearchBatcher:
         self._lock = threading.Lock()
         self._pending: dict[SearchParams, list[_Search]] = {}
         self._scheduled = False
+        self._held = 0
 
     def submit(self, queries: Encoded, params: SearchParams, *, future: Future | None = None,
                finish: Callable[[SearchOutcome], Any] | None = None) -> Future:
@@ -87,13 +89,39 @@ class SearchBatcher:
         job = _Search(queries, future if future is not None else Future(), finish)
         with self._lock:
             self._pending.setdefault(params, []).append(job)
-            start_drain, self._scheduled = not self._scheduled, True
+            start_drain = self._claim_drain()
         if start_drain:
-            try:
-                self.executor.submit(self._drain)
-            except RuntimeError as exc:  # the search threads are shut down: nothing would ever drain these
-                self._abandon(exc)
+            self._start_drain()
         return job.future
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Queue searches without starting a drain until the block ends. The encoder worker hands on a whole
+        batch inside one: its queries then search together, instead of the first one starting a search
+        thread that competes with the worker for the interpreter while the rest are still being handed on."""
+        with self._lock:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+                start_drain = bool(self._pending) and self._claim_drain()
+            if start_drain:
+                self._start_drain()
+
+    def _claim_drain(self) -> bool:
+        """(Under the lock.) Whether the caller must start the drain: none is scheduled and none is held."""
+        if self._scheduled or self._held:
+            return False
+        self._scheduled = True
+        return True
+
+    def _start_drain(self) -> None:
+        try:
+            self.executor.submit(self._drain)
+        except RuntimeError as exc:  # the search threads are shut down: nothing would ever drain these
+            self._abandon(exc)
 
     def _abandon(self, exc: Exception) -> None:
         with self._lock:

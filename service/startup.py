@@ -110,11 +110,12 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
     """The parts that serve ``encoder`` (and ``index``, wrapped as a live index), not started yet."""
     metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
     served = _live(settings, index) if index is not None else None
-    batcher = Batcher(encoder, max_batch_size=settings.max_batch_size, max_batch_tokens=settings.max_batch_tokens,
-                      max_wait_s=settings.max_wait_ms / 1000, queue_size=settings.queue_size,
-                      retry_after_s=settings.retry_after_s, observer=metrics)
     pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
     search_batcher = SearchBatcher(served, pool, metrics.observe_search_batch) if served is not None else None
+    batcher = Batcher(encoder, max_batch_size=settings.max_batch_size, max_batch_tokens=settings.max_batch_tokens,
+                      max_wait_s=settings.max_wait_ms / 1000, queue_size=settings.queue_size,
+                      retry_after_s=settings.retry_after_s, observer=metrics,
+                      hand_on=search_batcher.held if search_batcher is not None else None)
     health = Health(served, settings.store_check_s)
     pipeline = Pipeline(encoder, batcher, search_batcher, pool, health, metrics,
                         timeout_s=settings.request_timeout_s, retry_after_s=settings.retry_after_s)

@@ -84,3 +84,31 @@ def test_a_search_queued_after_the_search_threads_stopped_fails_at_once():
     late = batcher.submit(queries, SearchParams(3, "ip", 10, 0.1, True, None))
     with pytest.raises(RuntimeError, match="shutdown"):
         late.result(timeout=0)
+
+
+def test_one_encode_batch_handed_on_searches_as_one_group(searcher):
+    """The encoder worker hands a whole batch on under the search batcher's hold: one search, not one per
+    query racing the worker (a search thread started by the first query would find only it queued)."""
+    from densehybrid.service.batcher import Batcher
+
+    encoder = FakeEncoder("dhr")
+    params = SearchParams(5, "ip", 20, 0.1, True, None)
+    groups = []
+    with ThreadPoolExecutor(2) as pool:
+        search_batcher = SearchBatcher(searcher, pool, lambda first_stage, queries, s, r: groups.append(queries))
+        batcher = Batcher(encoder, max_batch_size=8, max_wait_s=0.5, hand_on=search_batcher.held)
+
+        def then(outcome, future):
+            search_batcher.submit(outcome.encoded, params, future=future)
+
+        batcher.start()
+        try:
+            futures = [batcher.submit(encoder.tokenize([f"{t} query"], "query"), "query", then=then)
+                       for t in TOPICS[:8]]
+            outcomes = [f.result(timeout=30) for f in futures]
+        finally:
+            batcher.stop()
+    assert groups == [8]
+    for topic, outcome in zip(TOPICS[:8], outcomes):
+        alone = searcher.search(encoder.encode([f"{topic} query"], "query"), k=5, candidates=20)
+        assert outcome.ids == alone.ids
