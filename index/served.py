@@ -9,7 +9,7 @@ declares :class:`ServedIndex`; the first two also hand the searcher their vector
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -62,12 +62,11 @@ class ManifestView:
 
 
 class DocumentLookup:
-    """Document lookups through a ``docs`` table and ``row_of``: one implementation for the stored indexes."""
+    """Document lookups through a ``docs`` table and the class's own ``row_of``: one implementation for the
+    stored indexes (each finds a row its own way: a dict of ids, or a Milvus query)."""
 
     docs: object
-
-    def row_of(self, doc_id: str) -> int | None:
-        raise NotImplementedError
+    row_of: Callable[[str], int | None]
 
     def contains(self, doc_id: str) -> bool:
         return self.row_of(doc_id) is not None
