@@ -1,4 +1,4 @@
-"""``python -m densehybrid.bench [--quick|--full] [--out FILE] [--only SECTION ...]``."""
+"""``python -m densehybrid.bench``: the same command as ``densehybrid bench``."""
 
 from densehybrid.bench.cli import main
 

@@ -1,38 +1,57 @@
-"""Command line of the benchmark (also ``densehybrid bench``)."""
+"""Command line of the benchmark: ``densehybrid bench``, also ``python -m densehybrid.bench``."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
+from enum import Enum
 from pathlib import Path
+from typing import Optional
+
+import typer
 
 from densehybrid.bench.config import PRESETS, SECTIONS, BenchConfig
 
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m densehybrid.bench", description="densehybrid performance benchmark (DESIGN §8)")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_const", dest="preset", const="quick", help="tiny sizes, seconds (CI)")
-    size.add_argument("--full", action="store_const", dest="preset", const="full", help="larger samples")
-    p.add_argument("--out", type=Path, default=None, help="JSON results file [bench-<preset>.json]")
-    p.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown to this file")
-    p.add_argument("--only", nargs="+", choices=SECTIONS, default=None, help="run only these sections")
-    p.add_argument("--rows", type=int, default=None, help="first-stage rows (default 1M, capped by memory)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch, ONNX Runtime and Faiss")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: CUDA when present)")
-    p.add_argument("--service-backend", choices=("torch", "onnx"), default=None, help="encoder backend of the server")
-    p.add_argument("--service-kind", default=None, help="model kind served in the service section [dhr]")
-    p.add_argument("--backends", nargs="+", choices=("torch", "onnx"), default=None, help="encoder backends to compare")
-    return p
+Section = Enum("Section", {name: name for name in SECTIONS}, type=str)
+Backend = Enum("Backend", {name: name for name in ("torch", "onnx")}, type=str)
 
 
-def config_from(args: argparse.Namespace) -> BenchConfig:
-    config = PRESETS[args.preset or "default"]
-    return config.with_overrides(
-        sections=tuple(args.only) if args.only else None, first_stage_rows=args.rows, device=args.device, threads=args.threads,
-        service_backend=args.service_backend, service_kind=args.service_kind,
-        backends=tuple(args.backends) if args.backends else None)
+def config_from(preset: str = "default", *, only: list[str] | None = None, rows: int | None = None,
+                threads: int | None = None, device: str | None = None, service_backend: str | None = None,
+                service_kind: str | None = None, backends: list[str] | None = None) -> BenchConfig:
+    """The preset's configuration with the options given (None: the preset's value)."""
+    return PRESETS[preset].with_overrides(
+        sections=tuple(only) if only else None, first_stage_rows=rows, device=device, threads=threads,
+        service_backend=service_backend, service_kind=service_kind, backends=tuple(backends) if backends else None)
+
+
+def _values(choices: list[Enum] | None) -> list[str] | None:
+    return [choice.value for choice in choices] if choices else None
+
+
+def bench_command(
+    quick: bool = typer.Option(False, "--quick", help="tiny sizes, seconds (what CI runs)"),
+    full: bool = typer.Option(False, "--full", help="larger samples: more repeats, approx-GIP over 1M rows, "
+                              "a 100k-document service index"),
+    out: Optional[Path] = typer.Option(None, "--out", help="JSON results file (default: bench-PRESET.json)"),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="also write the table as Markdown to this file"),
+    only: Optional[list[Section]] = typer.Option(None, "--only", help="run only this section (repeat for several)"),
+    rows: Optional[int] = typer.Option(None, "--rows", min=1, help="first-stage rows (default: 1M, capped by memory)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads for torch, ONNX Runtime and Faiss"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: CUDA when present)"),
+    service_backend: Optional[Backend] = typer.Option(None, "--service-backend", help="encoder backend of the server"),
+    service_kind: Optional[str] = typer.Option(None, "--service-kind", help="model kind served in the service section (default: dhr)"),
+    backends: Optional[list[Backend]] = typer.Option(None, "--backends",
+                                                     help="encoder backend to compare (repeat for several; default: both)"),
+) -> None:
+    """Run the performance benchmark: memory bandwidth, first stage, rerank, encoders and a live service, side by
+    side in one run, with the targets as ratios."""
+    if quick and full:
+        raise typer.BadParameter("give --quick or --full, not both", param_hint="--quick/--full")
+    config = config_from("quick" if quick else "full" if full else "default", only=_values(only), rows=rows,
+                         threads=threads, device=device, service_backend=service_backend and service_backend.value,
+                         service_kind=service_kind, backends=_values(backends))
+    run_and_report(config, out, markdown)
 
 
 NOISY_LOGGERS = ("httpx", "httpcore", "transformers", "faiss.loader", "uvicorn", "uvicorn.error", "service",
@@ -66,7 +85,8 @@ def run_and_report(config: BenchConfig, out: Path | None, markdown: Path | None 
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
+def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parser().parse_args(argv)
-    run_and_report(config_from(args), args.out, args.markdown)
+    single = typer.Typer(add_completion=False)
+    single.command()(bench_command)
+    single(prog_name="python -m densehybrid.bench")

@@ -236,15 +236,10 @@ def loadtest_command(
         report.write_text(json.dumps(result, indent=2))
 
 
-# -- bench (issue 6) ---------------------------------------------------------------
-@app.command("bench", add_help_option=False,
-             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench_command(ctx: typer.Context) -> None:
-    """Run the performance benchmark (`densehybrid bench --help` lists its flags: --quick, --device, --only ...)."""
-    from densehybrid.bench.cli import config_from, parser, run_and_report
+# -- bench (benchmarks/cli.py: also `python -m densehybrid.bench`) ------------------------
+from densehybrid.bench.cli import bench_command  # noqa: E402
 
-    args = parser().parse_args(ctx.args)
-    run_and_report(config_from(args), args.out, args.markdown)
+app.command("bench")(bench_command)
 
 
 # -- index build, search, eval (cli/index_commands.py) --

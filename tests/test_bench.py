@@ -6,7 +6,7 @@ import math
 import pytest
 
 from densehybrid.bench import report
-from densehybrid.bench.cli import config_from, parser
+from densehybrid.bench.cli import config_from
 from densehybrid.bench.targets import TARGETS
 
 
@@ -23,7 +23,7 @@ def quick_results(tmp_path_factory):
     from densehybrid.bench.cli import run_and_report
 
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    run_and_report(config_from(parser().parse_args(["--quick", "--threads", "1"])), out)
+    run_and_report(config_from("quick", threads=1), out)
     return json.loads(out.read_text())
 
 
@@ -99,3 +99,44 @@ def test_bench_help_lists_its_flags():
     assert result.exit_code == 0
     for flag in ("--quick", "--device", "--only", "--rows", "--threads", "--out"):
         assert flag in result.output
+
+
+def test_bench_options_reach_the_config(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import densehybrid.bench.cli as bench_cli
+    from densehybrid.cli.main import app
+
+    seen = []
+    monkeypatch.setattr(bench_cli, "run_and_report", lambda config, out, markdown: seen.append((config, out, markdown)))
+    result = CliRunner().invoke(app, ["bench", "--quick", "--only", "encoder", "--only", "search", "--threads", "1",
+                                      "--backends", "onnx", "--service-backend", "torch", "--rows", "500",
+                                      "--out", str(tmp_path / "b.json")])
+    assert result.exit_code == 0, result.output
+    ((config, out, markdown),) = seen
+    assert (config.preset, config.sections, config.threads, config.backends, config.service_backend,
+            config.first_stage_rows) == ("quick", ("encoder", "search"), 1, ("onnx",), "torch", 500)
+    assert (out, markdown) == (tmp_path / "b.json", None)
+
+
+@pytest.mark.parametrize("args", [["--quick", "--full"], ["--only", "gpu"], ["--threads", "0"]])
+def test_bench_refuses_bad_options_before_running(monkeypatch, args):
+    from typer.testing import CliRunner
+
+    import densehybrid.bench.cli as bench_cli
+    from densehybrid.cli.main import app
+
+    monkeypatch.setattr(bench_cli, "run_and_report", lambda *a: pytest.fail("ran despite a bad option"))
+    result = CliRunner().invoke(app, ["bench", *args])
+    assert result.exit_code == 2, result.output
+
+
+def test_python_m_bench_is_the_same_command():
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "densehybrid.bench", "--help"], capture_output=True, text=True,
+                           env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    for flag in ("--quick", "--full", "--only", "--backends", "--service-kind"):
+        assert flag in shown.stdout

@@ -80,11 +80,10 @@ def test_search_end_to_end_on_cuda(tmp_path):
 def test_bench_on_cuda_completes(tmp_path):
     import json
 
-    from densehybrid.bench.cli import config_from, parser, run_and_report
+    from densehybrid.bench.cli import config_from, run_and_report
 
     out = tmp_path / "bench.json"
-    run_and_report(config_from(parser().parse_args(["--quick", "--device", "cuda", "--only", "memory", "search",
-                                                    "encoder"])), out)
+    run_and_report(config_from("quick", device="cuda", only=["memory", "search", "encoder"]), out)
     results = json.loads(out.read_text())
     assert results["search"]["torch"]["device"] == "cuda" and results["search"]["torch"]["dtype"] == "float16"
     assert results["search"]["torch"]["fraction_of_bandwidth"] > 0
