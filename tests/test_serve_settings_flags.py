@@ -1,4 +1,5 @@
-"""Every ServiceSettings field is a `serve` flag and an env var, listed in the README; the model flags map onto it."""
+"""Every ServiceSettings field is a `serve` flag and an env var, listed in the configuration reference; the model
+flags map onto it."""
 
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ from densehybrid.cli.main import app
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.service.settings import ServiceSettings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[1] / "docs" / "reference" / "configuration.md"
 
 
 def _serve_options() -> dict:
@@ -19,9 +20,9 @@ def _serve_options() -> dict:
     return {param.name: param for param in command.params if param.param_type_name == "option"}
 
 
-def _readme_settings_rows() -> dict[str, str]:
-    """variable -> flag cell of the README's configuration table."""
-    rows = re.findall(r"^\| `(DENSEHYBRID_[A-Z_]+)` \| `([^`]+)` \|", README.read_text(), flags=re.MULTILINE)
+def _documented_settings_rows() -> dict[str, str]:
+    """variable -> flag cell of the configuration reference's table."""
+    rows = re.findall(r"^\| `(DENSEHYBRID_[A-Z_]+)` \| `([^`]+)` \|", CONFIGURATION.read_text(), flags=re.MULTILINE)
     return dict(rows)
 
 
@@ -30,9 +31,9 @@ def test_every_setting_has_a_serve_flag_named_like_it():
     assert set(ServiceSettings.model_fields) == set(options), "one serve flag per setting, named like the field"
 
 
-def test_every_flag_and_variable_is_in_serve_help_and_the_readme():
+def test_every_flag_and_variable_is_in_serve_help_and_the_configuration_reference():
     help_text = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"}).output
-    rows = _readme_settings_rows()
+    rows = _documented_settings_rows()
     assert set(rows) == {ServiceSettings.env_var(name) for name in ServiceSettings.model_fields}
     for name, option in _serve_options().items():
         flags = "/".join([option.opts[0], *option.secondary_opts])
