@@ -22,3 +22,10 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_both_commands_install_the_pinned_cpu_torch_first():
     for command in _top_commands():
         assert command.index("pip install torch==2.13.0") < command.index("pip install -e")
+
+
+def test_ci_builds_the_documentation_site_strictly_with_its_extra_installed():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ",docs]" in _top_commands()[1]
+    assert "mkdocs build --strict" in ci
+    assert ci.index(_top_commands()[1]) < ci.index("mkdocs build --strict")
