@@ -1,1 +1,1 @@
-"""Performance benchmarks (DESIGN §8, issue 6): ``python -m densehybrid.bench`` or ``densehybrid bench``."""
+"""Performance benchmarks (docs/performance.md): ``python -m densehybrid.bench`` or ``densehybrid bench``."""

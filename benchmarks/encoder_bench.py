@@ -1,4 +1,4 @@
-"""Encoder cost on a DistilBERT-base-shaped masked LM with random weights (DESIGN §3, §8).
+"""Encoder cost on a DistilBERT-base-shaped masked LM with random weights (docs/performance.md).
 
 Query latency: batch 1 at each query length, for [CLS]-only, full Aggretriever,
 skip-MLM Aggretriever and DHR, on each backend (torch, ONNX Runtime), with the
@@ -130,7 +130,7 @@ def passage_throughput(config, model_dir: Path, device: str | None, cache: Path)
 
 def mlm_breakdown(config, model_dir: Path, device: str | None, cache: Path) -> dict:
     """Where a full-Aggretriever query's time goes (torch): backbone, MLM head on the L-1 real
-    rows, §2 math; and the multiply-adds per token of the backbone and of the head, which
+    rows, representation math; and the multiply-adds per token of the backbone and of the head, which
     bound the full/[CLS] ratio from below when both run at the same FLOP rate."""
     from densehybrid.encoder import representations as R
     from densehybrid.encoder.backends.onnx_export import base_model_of, mlm_head_of

@@ -24,7 +24,7 @@ from densehybrid.bench.servers import stop_process
 class FakeServerConfig:
     """The server ``run_load`` starts when no ``--url`` is given."""
 
-    # DESIGN §10: a DistilBERT-base forward of one 32-token query takes 46-79 ms on this machine kind
+    # measured (docs/performance.md): a DistilBERT-base forward of one 32-token query takes 46-79 ms on this machine kind
     base_ms: float = 40.0
     per_text_ms: float = 10.0
     max_batch_size: int = 4

@@ -1,4 +1,4 @@
-"""Memory read bandwidth: the physical limit of a brute-force scan (DESIGN §8).
+"""Memory read bandwidth: the physical limit of a brute-force scan (docs/performance.md).
 
 A large float32 array is read with numpy's SIMD ``max`` (it touches every byte
 once and does almost no arithmetic), by one thread and by several threads, each

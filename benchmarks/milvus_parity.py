@@ -1,4 +1,4 @@
-"""Milvus vs the local index on judged queries (issue 16): same top-10? same nDCG@10? how fast?
+"""Milvus vs the local index on judged queries: same top-10? same nDCG@10? how fast?
 
     python -m densehybrid.bench.milvus_parity --index DIR --queries Q.jsonl --qrels QRELS \\
         --milvus-uri /tmp/parity.db [--collection parity] [--candidates 1000]

@@ -58,7 +58,7 @@ def _encoder(r: dict):
     for length, row in mb.items():
         if length.startswith("len"):
             yield "encoder", f"full Aggretriever, torch, {length[3:]} tokens: where the time goes", (
-                f"backbone {num(row['backbone_ms'], 1)} + MLM head {num(row['head_ms'], 1)} + §2 math {num(row['math_ms'], 1)} ms "
+                f"backbone {num(row['backbone_ms'], 1)} + MLM head {num(row['head_ms'], 1)} + representation math {num(row['math_ms'], 1)} ms "
                 f"-> {num(row['measured_bound_ratio'], 2)}x backbone (FLOP bound {num(mb['flop_bound_ratio'], 2)}x)")
     pt = e["passage_throughput"]
     for variant, row in pt.items():

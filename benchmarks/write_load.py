@@ -1,4 +1,4 @@
-"""Search latency while writes stream in (issue 17): read p99 with writes / read-only p99, from one run.
+"""Search latency while writes stream in: read p99 with writes / read-only p99, from one run.
 
 ``python -m densehybrid.bench.write_load [--documents N] [--seconds S] [--readers R]`` builds a toy
 index (HashEncoder, the benchmarks' weightless encoder), starts a server process on loopback with writes on and a low compaction

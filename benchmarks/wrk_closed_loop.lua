@@ -1,4 +1,4 @@
--- Closed-loop POST load for wrk (issue 18): each connection is one client that sends its next request
+-- Closed-loop POST load for wrk: each connection is one client that sends its next request
 -- when the previous answer arrives.
 --
 --   wrk -t 1 -c 8 -d 10s --timeout 30s -s wrk_closed_loop.lua URL -- BODIES PATH

@@ -108,7 +108,7 @@ def _ray_build(model, encoder: EncoderOptions, corpus: Path, out: Path, options:
 
 
 def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Optional[str]):
-    """The index named on the command line: a directory, or a Milvus collection (issue 16)."""
+    """The index named on the command line: a directory, or a Milvus collection."""
     if milvus_uri or collection:
         if index_dir is not None or not (milvus_uri and collection):
             fail("give either --index DIR or both --milvus-uri URI and --collection NAME")

@@ -110,7 +110,7 @@ def serve_command(flags: dict) -> None:
         fail(exc)
 
 
-# -- demo (issue 4) ----------------------------------------------------------------
+# -- demo -------------------------------------------------------------------------
 @app.command("demo")
 def demo_command(
     passages: int = typer.Option(2000, "--passages", min=10, help="stdlib docstring passages to index"),
@@ -162,7 +162,7 @@ def _print_demo_answer(answer: dict, url: str) -> None:
     console.print(curl_examples(url), markup=False, highlight=False, soft_wrap=True)
 
 
-# -- encode (issue 2) -------------------------------------------------------------
+# -- encode ----------------------------------------------------------------------
 RoleChoice = Enum("RoleChoice", {role: role for role in ROLES}, type=str)
 
 
@@ -192,7 +192,7 @@ def encode(
     console.print(summary(enc, encoded, texts, output))
 
 
-# -- loadtest (issue 7, benchmarks/load.py) --------------------------------------------------
+# -- loadtest (benchmarks/load.py) --------------------------------------------------
 @app.command("loadtest")
 def loadtest_command(
     url: Optional[str] = typer.Option(None, "--url", help="a running server (default: start a fake-encoder one)"),

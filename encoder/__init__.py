@@ -1,1 +1,1 @@
-"""Text -> Aggretriever / DHR / DLR / fusion / [CLS] vectors (DESIGN §1–§3)."""
+"""Text -> Aggretriever / DHR / DLR / fusion / [CLS] vectors (docs/concepts.md)."""

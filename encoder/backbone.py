@@ -4,7 +4,7 @@
 sizes, and ``forward(ids, mask, role) -> (hidden states, MLM logits or None)``.
 :class:`TorchBackbone` runs transformers modules (one per role, one shared when
 tied); ``encoder.backends.onnx_backend.OnnxBackbone`` runs the same graphs on ONNX
-Runtime and holds no torch transformer. The encoders' heads and §2 math are torch
+Runtime and holds no torch transformer. The encoders' heads and representation math are torch
 either way, so the two can only differ by float rounding.
 """
 

@@ -5,7 +5,7 @@ An encoder turns texts into rows of one vector layout:
     values (N, dim) float32 = [gated part (gated_dim) ; open part (dim - gated_dim)]
     gates  (N, gated_dim) uint8, or None when gated_dim == 0
 
-The gated part is a DLR (§2.5) whose dims only count when query and passage
+The gated part is a DLR whose dims only count when query and passage
 gates agree; the open part is scored by a plain inner product. For ``dhr`` and
 ``fusion`` the open part is the dense vector, which the *searcher* scales by λ
 on the query side; encoders always return it unscaled, so passage vectors in an
@@ -37,8 +37,8 @@ class EncoderSpec:
     gated_dim: int = 0
     lam: float = 1.0
     skip_mlm: bool = False
-    # how the V-dim lexical vector is made: "delade" (§2.1 term-weighted MLM),
-    # "skip_mlm" (§2.2) or "splade" (§2.3); None for ``cls``
+    # how the V-dim lexical vector is made: "delade" (the term-weighted MLM vector),
+    # "skip_mlm" or "splade"; None for ``cls``
     lexical: Lexical | None = None
     agg_dim: int | None = None
     dlr_dim: int | None = None
@@ -137,7 +137,7 @@ class Encoder(abc.ABC):
         return self.spec.lexical is not None
 
     def lexical_tokenized(self, items: Sequence[TokenizedText], role: Role) -> list[SparseVector]:
-        """Each text's V-dim lexical vector (DESIGN §2.1-§2.3, before DLR/aggregation) as its non-zeros."""
+        """Each text's V-dim lexical vector (before DLR or aggregation, docs/concepts.md) as its non-zeros."""
         raise NotImplementedError(f"{self.spec.kind!r} models have no lexical vector")
 
     @abc.abstractmethod

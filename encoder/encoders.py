@@ -1,4 +1,4 @@
-"""One encoder class per kind (DESIGN §1), sharing the tokenize/pad/chunk/forward loop.
+"""One encoder class per kind (docs/concepts.md), sharing the tokenize/pad/chunk/forward loop.
 
 Layout of every output row (see :mod:`encoder.base`): gated part first (a DLR),
 then the open part; dense parts are unscaled (λ is the searcher's, query side).
@@ -9,8 +9,8 @@ then the open part; dense parts are unscaled (λ is the searcher's, query side).
 - ``cls``: pooled ([CLS] or mean) hidden state, optionally L2-normalised;
 - ``fusion``: a ``dlr`` encoder's row then a ``cls`` encoder's row (two models).
 
-The lexical V-dim vector is ``delade`` (§2.1), ``skip_mlm`` (§2.2, no MLM head
-loaded, no vocabulary logits) or ``splade`` (§2.3).
+The lexical V-dim vector is ``delade``, ``skip_mlm`` (no MLM head
+loaded, no vocabulary logits) or ``splade``.
 """
 
 from __future__ import annotations

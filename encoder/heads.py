@@ -1,4 +1,4 @@
-"""The small linear heads of the published castorini checkpoints (DESIGN §3).
+"""The small linear heads of the published castorini checkpoints (docs/indexes.md).
 
 Both heads are the castorini ``LinearPooler``: ``linear_q`` projects queries,
 ``linear_p`` passages; when ``tied`` they are one module, and its state dict then

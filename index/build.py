@@ -1,4 +1,4 @@
-"""Corpus -> published index (DESIGN §4): encode in batches, shard as it goes, resume, publish.
+"""Corpus -> published index (docs/indexes.md): encode in batches, shard as it goes, resume, publish.
 
 The corpus is read in order; every ``shard_size`` passages are encoded (in
 length-sorted batches of ``batch_size`` to waste little padding) and written as

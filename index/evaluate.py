@@ -1,4 +1,4 @@
-"""Retrieval quality (DESIGN §9): queries and qrels in, nDCG@10 / MRR@10 / R@100 / R@1000 out.
+"""Retrieval quality (docs/indexes.md): queries and qrels in, nDCG@10 / MRR@10 / R@100 / R@1000 out.
 
 Measures come from ``ir-measures`` (pytrec_eval underneath). Relevance grades
 above 0 count as relevant for MRR and recall; grade 0 is "judged, not

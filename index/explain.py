@@ -1,4 +1,4 @@
-"""Why a passage scored what it did (DESIGN §2.5, §5 ``/explain``): pure arithmetic, no vocabulary.
+"""Why a passage scored what it did (``/explain``; DLR and GIP in docs/concepts.md): pure arithmetic, no vocabulary.
 
 For one query row and one index row: the matched DLR dimensions, each as the
 vocabulary id behind it (``representations.dlr_term_ids``), the query and

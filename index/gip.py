@@ -1,4 +1,4 @@
-"""Gated inner product over index rows (DESIGN §2.5-2.6): arrays in, arrays out.
+"""Gated inner product over index rows (docs/concepts.md): arrays in, arrays out.
 
 Row layout (see ``encoder.base``): ``values (N, dim)`` = ``[gated (G) ; open (dim - G)]``,
 ``gates (N, G)`` uint8. The score of a query row ``q`` against an index row ``p`` is
@@ -130,7 +130,7 @@ def _approx_chunk(qv: torch.Tensor, qg: torch.Tensor | None, pv: torch.Tensor, p
 
 
 def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, theta: float, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Approximate-GIP first stage over the whole index (DESIGN §2.6).
+    """Approximate-GIP first stage over the whole index (docs/concepts.md).
 
     Only gated query dims with ``q[j] > theta`` take part (each still gated); the open
     ([CLS]/dense) dims always take part. Scans ``values`` in row chunks.

@@ -1,4 +1,4 @@
-"""The encode step of an index build on Ray Data (issue 16): ``densehybrid index build --ray``.
+"""The encode step of an index build on Ray Data: ``densehybrid index build --ray``.
 
 Only the encoding moves to Ray: the driver reads the corpus shard by shard as a
 plain build does, Ray Data hands each shard's forward batches to a pool of

@@ -1,4 +1,4 @@
-"""The encoder worker: one thread owns the model and batches concurrent requests (DESIGN §6).
+"""The encoder worker: one thread owns the model and batches concurrent requests (docs/architecture.md).
 
 Requests arrive already tokenized (tokenization runs on the request side) and
 wait in a bounded queue counted in texts. The worker takes the oldest job and

@@ -4,7 +4,7 @@ For TEI clients (``huggingface_hub.InferenceClient``, LlamaIndex's and Haystack'
 ``/embed`` returns the ``/encode`` rows, L2-normalized unless ``normalize`` is false. ``/rerank``
 scores each text as a passage against the query with the served model's own score (GIP for kinds
 with gates, inner product otherwise); ``/embed_sparse`` returns each text's V-dim lexical vector
-(DESIGN §2.1-§2.3, before DLR or aggregation) as its non-zero ``{"index", "value"}`` entries, and a 422
+(before DLR or aggregation, docs/concepts.md) as its non-zero ``{"index", "value"}`` entries, and a 422
 for dense-only (``cls``) models; ``raw_scores`` false applies a sigmoid as TEI does, which keeps
 the order but saturates near 1 for large scores. As in TEI, ``truncate`` defaults to false: an
 over-long text is a 413 that names the limit. ``POST /`` is TEI's generic route: ``inputs`` (a text

@@ -1,4 +1,4 @@
-"""One exception hierarchy for the service and one mapping to HTTP (DESIGN §5).
+"""One exception hierarchy for the service and one mapping to HTTP (docs/http-api.md).
 
 Every error leaves as ``{"error": {"type": ..., "message": ...}}`` with its
 status; 429 adds ``Retry-After``. The OpenAI-compatible routes (``/v1/embeddings``,

@@ -1,4 +1,4 @@
-"""Structured logs: one JSON object per line (DESIGN §6).
+"""Structured logs: one JSON object per line (docs/configuration.md).
 
 Handlers are configured once, at start, by :func:`configure`. Modules log with
 ``logging.getLogger(__name__)`` and pass structured fields as

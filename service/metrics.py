@@ -1,4 +1,4 @@
-"""Prometheus metrics of one app (DESIGN §7), in its own registry.
+"""Prometheus metrics of one app (docs/metrics.md), in its own registry.
 
 The names are a contract with the Grafana dashboards: add, never rename.
 Durations are seconds in histograms whose buckets resolve milliseconds and

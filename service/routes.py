@@ -1,4 +1,4 @@
-"""The routes of DESIGN §5. Each validates with its schema, calls one handler and returns."""
+"""The routes of the HTTP API (docs/http-api.md). Each validates with its schema, calls one handler and returns."""
 
 import time
 

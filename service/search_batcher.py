@@ -1,4 +1,4 @@
-"""Concurrent searches coalesced into one Faiss call per parameter set (DESIGN §10).
+"""Concurrent searches coalesced into one Faiss call per parameter set (docs/performance.md).
 
 Faiss answers a batch of queries far faster than the same queries one by one
 (one BLAS matrix product instead of one scan per query). Searches run on the

@@ -1,4 +1,4 @@
-"""The service's configuration: one settings object (DESIGN §6).
+"""The service's configuration: one settings object (docs/configuration.md).
 
 Every field reads from an environment variable ``DENSEHYBRID_<FIELD>`` (e.g.
 ``DENSEHYBRID_MAX_BATCH_SIZE=64``) and is mirrored by a ``densehybrid serve``
@@ -65,13 +65,13 @@ class ServiceSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")
 
-    # encoder worker (DESIGN §6)
+    # encoder worker (docs/configuration.md)
     # 64: at 128 one-query clients, batches of 32 lost 5-10% of the throughput of 64 clients; batches
-    # of 64 did not (issue 18, one run each on the 2-core CPU machine)
+    # of 64 did not (docs/performance.md; one run each on the 2-core CPU machine)
     max_batch_size: int = Field(64, ge=1, le=4096, description="texts per encoder forward")
     max_batch_tokens: int = Field(16384, ge=1, description="padded tokens (texts x longest) per forward")
     # 0: batches still form while a forward runs (requests queue behind it); a wait only delays lone
-    # requests (issue 18: one client 145 -> 292 req/s on the CPU, 32 clients unchanged)
+    # requests (docs/performance.md: one client 145 -> 292 req/s on the CPU, 32 clients unchanged)
     max_wait_ms: float = Field(0.0, ge=0, le=1000, description="how long the worker waits to fill a batch")
     queue_size: int = Field(1024, ge=1, description="texts waiting for the encoder before 429")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")
@@ -95,7 +95,7 @@ class ServiceSettings(BaseSettings):
     log_json: bool = Field(True, description="JSON log lines (false: plain text)")
     warmup: bool = Field(True, description="run one query through model and index before /ready")
 
-    # writes: POST/DELETE /documents on a local index (issue 17)
+    # writes: POST/DELETE /documents on a local index
     writes: bool = Field(True, description="accept document adds and deletes on the served index (--index DIR)")
     write_api_key: SecretStr | None = Field(None, description="when set, required for writes instead of api_key")
     write_log: Path | None = Field(None, description="write-ahead log directory; default: <index>.wal beside the index")

@@ -1,4 +1,4 @@
-"""Client-compatible APIs (issue 13) on a live loopback server, driven by the real client libraries:
+"""Client-compatible APIs on a live loopback server, driven by the real client libraries:
 the openai SDK and LangChain's OpenAIEmbeddings, huggingface_hub's InferenceClient, the cohere SDK."""
 
 import base64
@@ -148,7 +148,7 @@ def test_tei_truncate(client):
 
 
 def test_tei_embed_sparse_is_the_lexical_vector_behind_the_dlr(client):
-    """Densifying the returned vocabulary vector (DESIGN §2.5) gives /encode's gated values and gates."""
+    """Densifying the returned vocabulary vector (docs/concepts.md) gives /encode's gated values and gates."""
     from densehybrid.encoder.representations import densify
 
     r = client.post("/embed_sparse", json={"inputs": TEXTS, "input_type": "passage"})

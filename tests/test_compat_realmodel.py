@@ -1,4 +1,4 @@
-"""The compatible APIs (issue 13) with the real offline models, through the real clients."""
+"""The compatible APIs with the real offline models, through the real clients."""
 
 import cohere
 import httpx
@@ -44,7 +44,7 @@ def test_embed_sparse_is_the_real_lexical_vector(splade):
     for entries, values, gates, text in zip(r.json(), encoded.values, encoded.gates, TEXTS):
         lexical = torch.zeros(vocab)
         lexical[[e["index"] for e in entries]] = torch.tensor([e["value"] for e in entries])
-        dlr_values, dlr_gates = densify(lexical[None], reference.spec.dlr_dim)  # DESIGN §2.5, done here
+        dlr_values, dlr_gates = densify(lexical[None], reference.spec.dlr_dim)  # densified here, as docs/concepts.md defines it
         np.testing.assert_allclose(dlr_values[0].numpy(), values, rtol=1e-5, atol=1e-6)
         assert np.array_equal(dlr_gates[0].numpy()[values > 0], gates[values > 0])
         heaviest = {reference.term(e["index"]) for e in sorted(entries, key=lambda e: -e["value"])[:8]}

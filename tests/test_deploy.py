@@ -32,7 +32,7 @@ DASHBOARD = DEPLOY / "grafana" / "dashboards" / "densehybrid.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 COMPOSE_CPU = ["-f", "docker-compose.yml", "-f", "docker-compose.cpu.yml"]
 
-# The metric contract of service/metrics.py (issue 5): exposition name -> type.
+# The metric contract of service/metrics.py: exposition name -> type.
 CONTRACT = {
     "densehybrid_requests_total": "counter",
     "densehybrid_request_duration_seconds": "histogram",
@@ -546,7 +546,7 @@ def test_setup_fails_loudly_at_any_step(tmp_path, failing, step):
     assert f"(exit 3) while {step}" in failed and proc.stderr.splitlines()[-1] == failed
 
 
-# --------------------------------------------------------------- Compose profile "milvus" (issue 16)
+# --------------------------------------------------------------- Compose profile "milvus"
 COMPOSE_MILVUS = ["-f", "docker-compose.yml", "-f", "docker-compose.milvus.yml"]
 
 

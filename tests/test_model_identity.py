@@ -1,4 +1,4 @@
-"""The model lock covers tokenizer and config files, not only the weights (issue 14)."""
+"""The model lock covers tokenizer and config files, not only the weights."""
 
 import json
 import logging

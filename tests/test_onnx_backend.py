@@ -72,7 +72,7 @@ def test_hidden_states_and_logits_match_torch_on_padded_batches(model_pair):
     for seed, lengths in [(0, (19, 7, 12, 3)), (1, (5,)), (2, (40, 40))]:  # shapes other than the export example
         ids, mask = padded_batch(seed, lengths)
         out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        valid = mask.bool()  # padded positions are never read by the §2 math
+        valid = mask.bool()  # padded positions are never read by the representation math
         hidden = runner.hidden_states(ids, mask)
         assert hidden.shape == out.hidden_states[-1].shape
         assert_close(hidden[valid], out.hidden_states[-1][valid])

@@ -1,4 +1,4 @@
-"""``index build --ray`` (issue 16): a Ray Data build of a real corpus is the plain build's index, and resumes.
+"""``index build --ray``: a Ray Data build of a real corpus is the plain build's index, and resumes.
 
 One local Ray session (ray.init takes ~12 s on the 2-core test machine) serves every build here; it is
 always shut down, so no Ray agent outlives the test.

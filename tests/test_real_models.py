@@ -1,4 +1,4 @@
-"""The offline real models (DESIGN §3): SPLADE-tiny's DLR against exact SPLADE, fusion, MiniLM."""
+"""The offline real models (docs/indexes.md): SPLADE-tiny's DLR against exact SPLADE, fusion, MiniLM."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §2 math against numpy re-derivations written here, loop by loop."""
+"""The representation math (docs/concepts.md) against numpy re-derivations written here, loop by loop."""
 
 import numpy as np
 import pytest

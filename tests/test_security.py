@@ -1,4 +1,4 @@
-"""Security of the HTTP edge (DESIGN §5): no request-supplied paths, CORS off unless configured, body
+"""Security of the HTTP edge (docs/http-api.md): no request-supplied paths, CORS off unless configured, body
 limits enforced before parsing, the API key protecting what it should and never leaking.
 
 Already in tests/test_service_api.py, not repeated: 401 on every guarded route for a missing/wrong key,
@@ -71,7 +71,7 @@ def _request_fields(schema: dict) -> list[tuple[str, str, dict]]:
 
 def test_no_route_takes_a_path_or_url(server):
     schema = httpx.get(server.url + "/openapi.json", headers=AUTH).json()
-    # the one path parameter is a document id (issue 17), looked up in the index, never opened
+    # the one path parameter is a document id, looked up in the index, never opened
     assert [route for route in schema["paths"] if "{" in route] == ["/documents/{doc_id}"]
     fields = _request_fields(schema)
     assert {name for _, name, _ in fields} >= {"query", "queries", "texts", "id", "k"}  # the scan sees the bodies

@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN §5) on a live loopback server, driven with httpx, FakeEncoder + a small real index."""
+"""The HTTP API (docs/http-api.md) on a live loopback server, driven with httpx, FakeEncoder + a small real index."""
 
 import concurrent.futures
 import math
@@ -108,7 +108,7 @@ def test_return_text_and_explain(client, index_dir):
         assert math.isclose(explanation["lexical"] + explanation["semantic"], explanation["total"], rel_tol=1e-9)
         words = set(doc.text.split())
         assert explanation["terms"] and all(t["term"] in words for t in explanation["terms"])
-    # /search skips response_model validation for speed (issue 18): the body must still match its schema
+    # /search skips response_model validation for speed: the body must still match its schema
     assert r.headers["content-type"] == "application/json"
     SearchResponse.model_validate_json(r.content, strict=True)
 
@@ -141,7 +141,7 @@ def test_encode_equals_in_process_encoder(client, role):
     assert body["truncated"] == [False, False, True]
     assert set(body["timing"]) == {"queue_ms", "tokenize_ms", "encode_ms", "total_ms"}
     assert set(parse_server_timing(r.headers["server-timing"])) == {"queue", "tokenize", "encode", "total", "serialize"}
-    # /encode skips response_model validation for speed (issue 18): the body must still match its schema
+    # /encode skips response_model validation for speed: the body must still match its schema
     assert r.headers["content-type"] == "application/json"
     EncodeResponse.model_validate_json(r.content, strict=True)
 
@@ -163,7 +163,7 @@ def test_timing_body_and_server_timing_header_agree(client):
     assert set(timing) == {"queue_ms", "encode_ms", "search_ms", "rerank_ms", "total_ms"}
     assert all(v >= 0 for v in timing.values()) and timing["total_ms"] >= timing["encode_ms"]
     stages = parse_server_timing(r.headers["server-timing"])
-    # the header also carries the serialization of the body it cannot be part of (issue 18)
+    # the header also carries the serialization of the body it cannot be part of
     assert stages.pop("serialize") >= 0
     assert stages == {name.removesuffix("_ms"): value for name, value in timing.items()}
     for response in (client.get("/info"), client.post("/search", json={"query": ""})):
@@ -213,7 +213,7 @@ def test_metrics_expose_every_family(client):
     assert info.labels == {"kind": "dhr", "model_id": "fake-dhr", "device": "cpu", "skip_mlm": "false", "backend": "torch"}
 
 
-# -- errors (DESIGN §5): status, JSON body, and the next request still works ----------
+# -- errors (docs/http-api.md): status, JSON body, and the next request still works ----------
 @pytest.mark.parametrize("body", [
     {"query": ""}, {"query": "   \n\t"}, {"query": "\u0085\u00a0\u3000\ufeff\x1c"}, {"query": "x", "k": 0}, {"query": "x", "k": -3}, {"query": "x", "k": 51},
     {"query": "x", "first_stage": "hnsw"}, {"query": "x", "candidates": 0}, {"query": "x", "theta": -1},

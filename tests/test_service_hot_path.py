@@ -1,4 +1,4 @@
-"""Where request work runs (issue 18): small inputs are tokenized on the event loop, big ones on a thread;
+"""Where request work runs: small inputs are tokenized on the event loop, big ones on a thread;
 ``serve`` freezes the loaded heap before it listens."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""Cost caps and metrics of issue 14: /explain and return_text limits, duration buckets, batch vs request timings,
+"""Cost caps and metrics: /explain and return_text limits, duration buckets, batch vs request timings,
 and the refusal to serve keyless on a non-loopback address."""
 
 from __future__ import annotations

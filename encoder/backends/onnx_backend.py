@@ -1,11 +1,11 @@
-"""ONNX Runtime as an encoder backend: the same checkpoints, the same §2 math, another runtime.
+"""ONNX Runtime as an encoder backend: the same checkpoints, the same representation math, another runtime.
 
 :func:`runtime_backbone` is where ``load_encoder`` picks the runtime. For ONNX it
 exports each transformers model once (cached by a hash of its weights, see
 :mod:`encoder.backends.onnx_export`) and returns an :class:`OnnxBackbone` in place
 of the torch one, whose modules are then dropped: only the graphs stay resident.
 The graphs cover the transformer and the MLM head; tokenization, the small heads
-(pooler, term weights) and the §2 math stay the torch code they were, so the two
+(pooler, term weights) and the representation math stay the torch code they were, so the two
 backends can only differ by float rounding: |onnx - torch| <= 1e-5 + 1e-5·|torch|
 (tested on every kind).
 
@@ -77,7 +77,7 @@ class OnnxModel:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         # ORT's idle threads spin by default; on a small CPU they would steal the cores the torch
-        # post-processing (§2 math, heads) runs on right after each forward.
+        # post-processing (representation math, heads) runs on right after each forward.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
 
         def session(name: str):
@@ -102,7 +102,7 @@ class OnnxModel:
         return torch.from_numpy(self._head.run(None, {"rows": rows.detach().float().cpu().contiguous().numpy()})[0])
 
     def mlm_logits_at(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B, L, d), (B, L) -> (B, L, V) logits at unmasked positions, 0 at padding (never read by §2)."""
+        """(B, L, d), (B, L) -> (B, L, V) logits at unmasked positions, 0 at padding (never read by the representation math)."""
         if bool(mask.all()):
             return self.mlm_logits(hidden.reshape(-1, hidden.shape[-1])).reshape(*hidden.shape[:2], -1)
         keep = mask.bool().cpu()

@@ -3,7 +3,7 @@
 ``backbone.onnx``: (input_ids, attention_mask) -> last_hidden_state (B, L, d), batch and
 length dynamic. ``mlm_head.onnx``: hidden rows (N, d) -> logits (N, V), only when the
 model has an MLM head. ``export.json`` records the opset, sizes and the key of the
-weights they came from. The §2 math is not exported: it stays in torch, shared
+weights they came from. The representation math is not exported: it stays in torch, shared
 with the torch path (measured: it is ~2 ms of a 32-token query, the head GEMM ~10 ms).
 
 Exports go to a temporary directory published by one rename, so a reader never
