@@ -2,7 +2,7 @@
 #   GPU (default): docker build -t densehybrid:gpu .
 #   CPU only:      docker build --build-arg VARIANT=cpu -t densehybrid:cpu .
 # Both install with deploy/install.sh, the same script tests/test_deploy_install.py
-# runs in a fresh venv. See README "Deploy".
+# runs in a fresh venv. See docs/deploy.md.
 #
 # No "# syntax=" line: that makes BuildKit fetch its frontend image from a registry,
 # which fails offline; the built-in frontend handles RUN --mount and COPY --chmod.

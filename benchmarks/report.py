@@ -121,7 +121,7 @@ def print_table(results: dict, console: Console | None = None) -> None:
 
 
 def markdown(results: dict) -> str:
-    """The same table as Markdown (for the README and issue notes)."""
+    """The same table as Markdown (for docs/performance.md)."""
     machine = results["machine"]
     lines = [f"Preset `{results['config']['preset']}` on {results['device']}, {machine['cpus']} CPUs, "
              f"{machine['torch_threads']} torch threads, load average {machine['load_average_at_start']} at start, "

@@ -14,7 +14,7 @@ REQUEST = '{"query": "parse command line arguments", "k": 3, "return_text": true
 
 
 def readme_sample() -> tuple[dict, dict]:
-    """(request, answer) as the README's API section shows them."""
+    """(request, answer) as the README's tour shows them."""
     text = README.read_text()
     request = re.search(r"curl -s localhost:8000/search .*?\n\s+-d '(\{.*?\})'\n((?:# .*\n)+)", text)
     assert request, "the README's /search example (curl, then the answer as '# ' lines) is missing"

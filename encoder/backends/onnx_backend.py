@@ -167,8 +167,8 @@ def onnx_serves(device: torch.device) -> bool:
     """Whether ``auto`` picks ONNX Runtime: a CPU device with onnxruntime installed.
 
     On the CPU it runs the same graphs about twice as fast as torch eager (MiniLM, 2 threads: 3.9 vs
-    8.0 ms for one query, 109 vs 222 ms for 32 x 48 tokens; README); on a GPU torch is the backend
-    (README, "Backends on a GPU")."""
+    8.0 ms for one query, 109 vs 222 ms for 32 x 48 tokens; docs/performance.md); on a GPU torch is the backend
+    (docs/gpu.md, "Backends on a GPU")."""
     if device.type != "cpu":
         return False
     try:
