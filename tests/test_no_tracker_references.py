@@ -27,7 +27,8 @@ def tracked_text_files() -> list[Path]:
 
 
 def test_the_pattern_catches_what_it_must():
-    for text in ("see issue 16", "(Issue 4)", "task 3", "DESI" + "GN \u00a710", "(\u00a72.5)"):
+    issue, task = "is" + "sue", "ta" + "sk"  # spelled in parts: this file is tracked too
+    for text in (f"see {issue} 16", f"({issue.title()} 4)", f"{task} 3", "DESI" + "GN \u00a710", "(\u00a72.5)"):
         assert POINTERS.search(text), text
     for text in ("by design", "a design choice", "the issue is", "Ray tasks", "tissue 5"):
         assert not POINTERS.search(text), text
