@@ -54,10 +54,12 @@ def test_a_search_sends_its_request_and_stage_spans_to_an_otlp_receiver(index_di
             refused = client.post("/search", json={"query": "q", "k": 0})
             unsampled = client.post("/search", json={"query": "not traced"},
                                     headers={"traceparent": traceparent(unsampled_trace, caller_span, sampled=False)})
+            malformed = client.post("/search", json={"query": "malformed"}, headers={"traceparent": "00-zz-01"})
         # the server has stopped: its exporter sent what was queued before it returned
         spans = receiver.received()
         posts = receiver.requests
-    assert [r.status_code for r in (searched, encoded, unsampled)] == [200, 200, 200] and refused.status_code == 422
+    assert [r.status_code for r in (searched, encoded, unsampled, malformed)] == [200] * 4
+    assert refused.status_code == 422
     assert posts and all(p["path"] == "/v1/traces" and p["content_type"] == "application/x-protobuf" for p in posts)
 
     # the request span continues the caller's trace, as a child of the caller's span
@@ -105,6 +107,21 @@ def test_a_search_sends_its_request_and_stage_spans_to_an_otlp_receiver(index_di
     (refused_span,) = [s for s in spans if s.name == "POST /search" and s.attributes["http.response.status_code"] == 422]
     assert children(spans, refused_span) == {}
     assert not [s for s in spans if s.trace_id == unsampled_trace]
+    # a traceparent that does not parse is ignored: the request starts its own trace
+    (malformed_span,) = [s for s in spans if s.attributes.get("densehybrid.request_id") == malformed.headers["x-request-id"]]
+    assert malformed_span.parent_span_id == "" and sorted(children(spans, malformed_span)) == sorted(STAGES)
+
+
+@pytest.mark.slow  # the exporter retries the dead collector until its timeout before the server stops
+def test_a_collector_that_is_down_fails_no_request_and_does_not_hold_the_server(index_dir):
+    with OtlpReceiver() as gone:  # a free port, closed again: nothing listens there
+        endpoint = gone.url
+    settings = ServiceSettings(warmup=False, otlp_endpoint=endpoint)
+    live = LiveServer(create_app(settings, encoder=FakeEncoder("dhr"), index=load_index(index_dir)))
+    with live, httpx.Client(base_url=live.url, timeout=30) as client:
+        statuses = [client.post("/search", json={"query": f"query {i}", "k": 2}).status_code for i in range(5)]
+    assert statuses == [200] * 5
+    assert not live._thread.is_alive(), "the server stopped (its exporter gave up on the collector)"
 
 
 def test_a_batch_of_concurrent_searches_gives_each_request_its_own_encode_span(index_dir):
