@@ -194,8 +194,7 @@ class Pipeline:
         else:
             encoded, shaped = done.encoded, done.shaped
             search_ms, rerank_ms = done.found.search_ms, done.found.rerank_ms
-            trace.searched(done.found, params, getattr(self.search_batcher.searcher, "name", None),
-                           sum(map(len, done.found.ids)))
+            trace.searched(done.found, params, self.search_batcher.searcher)
         trace.tokenized(started, tokenized, items)
         trace.encoded(tokenized, encoded, "query")
         timing = {"queue_ms": round(encoded.queue_ms, 3), "encode_ms": round(encoded.encode_ms, 3),
