@@ -167,7 +167,8 @@ class Tracing:
         span.end(end_time=trace.ns(ended))
 
     def shutdown(self) -> None:
-        """Send what is queued (bounded by the export timeout), then stop the exporter's thread."""
+        """Send what is queued, then stop the exporter's thread: each export gives up after EXPORT_TIMEOUT_S, the
+        whole flush after the SDK's 30 s."""
         self.provider.shutdown()
 
 
