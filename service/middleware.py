@@ -1,4 +1,4 @@
-"""The HTTP edge of every request: request id, API key, body limit, Server-Timing, metrics, access log.
+"""The HTTP edge of every request: request id, API key, body limit, Server-Timing, metrics, access log, trace.
 
 A plain ASGI middleware so that it sees every response, errors included, and
 can refuse a body before it is read: a ``Content-Length`` over the limit is
