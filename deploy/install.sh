@@ -43,8 +43,9 @@ else
     pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
 
-# The [cpu] and [gpu] extras exclude each other (each brings its own onnxruntime build).
-pip install "${src}[${variant}]"
+# The [cpu] and [gpu] extras exclude each other (each brings its own onnxruntime build);
+# [otel] lets the image send traces (DENSEHYBRID_OTLP_ENDPOINT).
+pip install "${src}[${variant},otel]"
 "$venv/bin/python" -m pip check
 
 # Fail the build, not the first request, if the wrong torch build slipped in.

@@ -66,7 +66,8 @@ def create_app(settings: ServiceSettings, *, encoder: Encoder | None = None, ind
         declare_bearer_auth(app, open_paths=OPEN_PATHS)
     write_key = settings.write_api_key.get_secret_value() if settings.write_api_key is not None else None
     app.add_middleware(ServiceMiddleware, metrics=runtime.metrics, api_key=api_key,
-                       max_body_bytes=settings.max_body_bytes, write_api_key=write_key, routes=app.router.routes)
+                       max_body_bytes=settings.max_body_bytes, write_api_key=write_key, routes=app.router.routes,
+                       tracing=runtime.tracing)
     return app
 
 

@@ -1,4 +1,4 @@
-"""The HTTP edge of every request: request id, API key, body limit, Server-Timing, metrics, access log.
+"""The HTTP edge of every request: request id, API key, body limit, Server-Timing, metrics, access log, trace.
 
 A plain ASGI middleware so that it sees every response, errors included, and
 can refuse a body before it is read: a ``Content-Length`` over the limit is
@@ -22,6 +22,7 @@ from densehybrid.service import logging as service_logging
 from densehybrid.service.errors import (MethodNotAllowed, PayloadTooLarge, Unauthorized, UnsupportedMediaType,
                                         service_error_response)
 from densehybrid.service.metrics import ServiceMetrics
+from densehybrid.service.tracing import Tracing
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 WRITE_PATH = "/documents"
@@ -85,8 +86,9 @@ def _is_json(content_type: str) -> bool:
 
 class ServiceMiddleware:
     def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics, api_key: str | None, max_body_bytes: int,
-                 write_api_key: str | None = None, routes: Sequence[BaseRoute] = ()):
+                 write_api_key: str | None = None, routes: Sequence[BaseRoute] = (), tracing: Tracing | None = None):
         self.app = app
+        self.tracing = tracing  # None: tracing off, no span of any kind
         self.routes = routes  # the app's route list, complete once the app serves
         self._allowed: dict[tuple[str, str], list[str] | None] = {}  # (method, path) -> allowed_methods
         self.metrics = metrics
@@ -104,6 +106,9 @@ class ServiceMiddleware:
         request_id = request_id_from(headers)
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
+        trace = self.tracing.begin(headers, started) if self.tracing is not None else None
+        if trace is not None:
+            state["trace"] = trace
         status = 500
 
         async def send_with_headers(message: Message) -> None:
@@ -115,6 +120,8 @@ class ServiceMiddleware:
                 # the stage times a handler recorded, else at least the total so far
                 timing = state.get("timing") or {"total_ms": round((time.perf_counter() - started) * 1000, 3)}
                 out["server-timing"] = server_timing(timing)
+                if trace is not None:
+                    trace.responded = time.perf_counter()
             await send(message)
 
         try:
@@ -130,6 +137,9 @@ class ServiceMiddleware:
             service_logging.log_request(request_id=request_id, method=scope["method"], route=route,
                                         path=scope["path"], status=status, duration_ms=elapsed * 1000,
                                         timing=state.get("timing"))
+            if trace is not None:
+                self.tracing.finish(trace, method=scope["method"], route=route, path=scope["path"], status=status,
+                                    request_id=request_id, ended=started + elapsed)
 
     def _refusal(self, scope: Scope, headers: Headers):
         """An error to answer instead of running the app, or None."""

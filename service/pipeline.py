@@ -45,6 +45,7 @@ from densehybrid.service.errors import (ClientGone, InvalidRequest, PayloadTooLa
 from densehybrid.service.health import Health
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.search_batcher import SearchBatcher, SearchOutcome, SearchParams
+from densehybrid.service.tracing import trace_of
 
 T = TypeVar("T")
 
@@ -151,12 +152,15 @@ class Pipeline:
         if output == "lexical" and not self.encoder.has_lexical:
             raise InvalidRequest(f"the served model ({self.encoder.spec.kind!r}) is dense-only: it has no lexical "
                                  "vector over the vocabulary; use /embed")
+        trace = trace_of(request)
         started = time.perf_counter()
         items = await self.tokenize(texts, role)
         tokenized = time.perf_counter()
         if not truncate:
             self._refuse_truncated(items, role)
         outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output))
+        trace.tokenized(started, tokenized, items)
+        trace.encoded(tokenized, outcome, role)
         return EncodedTexts(outcome.encoded, items, round(outcome.queue_ms, 3), ms(tokenized - started),
                             round(outcome.encode_ms, 3), ms(time.perf_counter() - started))
 
@@ -171,8 +175,10 @@ class Pipeline:
                      shape: Callable[[Encoded, SearchOutcome], T]) -> tuple[T | None, dict[str, float]]:
         """``shape(queries, found)`` of the search of ``texts``, computed on the search thread, and the stage
         times; ``params`` None (k = 0) encodes only."""
+        trace = trace_of(request)
         started = time.perf_counter()
         items = await self.tokenize(texts, "query")
+        tokenized = time.perf_counter()
         then = None if params is None else functools.partial(self._search_next, params, shape)
         try:
             done = await self.wait(request, self.batcher.submit(items, "query", then=then))
@@ -188,6 +194,9 @@ class Pipeline:
         else:
             encoded, shaped = done.encoded, done.shaped
             search_ms, rerank_ms = done.found.search_ms, done.found.rerank_ms
+            trace.searched(done.found, params, self.search_batcher.searcher)
+        trace.tokenized(started, tokenized, items)
+        trace.encoded(tokenized, encoded, "query")
         timing = {"queue_ms": round(encoded.queue_ms, 3), "encode_ms": round(encoded.encode_ms, 3),
                   "search_ms": round(search_ms, 3), "rerank_ms": round(rerank_ms, 3),
                   "total_ms": ms(time.perf_counter() - started)}
@@ -207,10 +216,14 @@ class Pipeline:
                           fn: Callable[[Encoded], T]) -> tuple[T, dict[str, float]]:
         """``fn`` of the queries' rows, run on a search thread straight after the forward; ``stage`` names its
         time."""
+        trace = trace_of(request)
         started = time.perf_counter()
         items = await self.tokenize(texts, "query")
+        tokenized = time.perf_counter()
         outcome, value, seconds = await self.wait(request, self.batcher.submit(
             items, "query", then=functools.partial(self._on_pool, fn)))
+        trace.tokenized(started, tokenized, items)
+        trace.encoded(tokenized, outcome, "query")
         timing = {"queue_ms": round(outcome.queue_ms, 3), "encode_ms": round(outcome.encode_ms, 3),
                   stage: ms(seconds), "total_ms": ms(time.perf_counter() - started)}
         return value, record(request, timing)

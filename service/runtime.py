@@ -17,6 +17,7 @@ from densehybrid.service.settings import ServiceSettings
 if TYPE_CHECKING:
     from densehybrid.index.live import LiveIndex
     from densehybrid.service.compaction import Compactor
+    from densehybrid.service.tracing import Tracing
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Runtime:
     metrics: ServiceMetrics
     health: Health
     compactor: Compactor | None
+    tracing: Tracing | None = None  # None: tracing off (no otlp_endpoint)
 
     @property
     def ready(self) -> bool:

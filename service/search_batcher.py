@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ class SearchOutcome:
     search_ms: float
     rerank_ms: float
     group_queries: int
+    started: float = 0.0  # time.perf_counter() when the shared call began (the first stage, then the rerank)
 
 
 # (first stage, queries in the call, first-stage seconds, rerank seconds or None): once per coalesced call
@@ -154,6 +156,7 @@ class SearchBatcher:
                     job.future.set_exception(exc)
 
     def _search_group(self, params: SearchParams, jobs: list[_Search]) -> None:
+        started = time.perf_counter()
         found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
                                      first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
                                      rerank=params.rerank, lam=params.lam, method=params.method)
@@ -164,5 +167,5 @@ class SearchBatcher:
         for job in jobs:
             rows = slice(offset, offset + len(job.queries))
             _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
-                                        total))
+                                        total, started))
             offset += len(job.queries)

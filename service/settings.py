@@ -95,6 +95,12 @@ class ServiceSettings(BaseSettings):
     log_json: bool = Field(True, description="JSON log lines (false: plain text)")
     warmup: bool = Field(True, description="run one query through model and index before /ready")
 
+    # tracing: off unless an OTLP endpoint is given (service.tracing; needs the [otel] extra)
+    otlp_endpoint: str | None = Field(None, description="send OpenTelemetry traces over OTLP/HTTP (protobuf) to this "
+                                      "collector URL, e.g. http://localhost:4318 (/v1/traces is added to a URL "
+                                      "without a path); unset: tracing off")
+    otlp_service_name: str = Field("densehybrid", min_length=1, description="service.name of the traces sent")
+
     # writes: POST/DELETE /documents on a local index
     writes: bool = Field(True, description="accept document adds and deletes on the served index (--index DIR)")
     write_api_key: SecretStr | None = Field(None, description="when set, required for writes instead of api_key")
@@ -123,6 +129,18 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def _empty_key_is_no_key(cls, value: SecretStr | None) -> SecretStr | None:
         return value if value is not None and value.get_secret_value() else None
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from urllib.parse import urlsplit
+
+        url = urlsplit(value.strip())
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL of an OTLP/HTTP receiver (e.g. http://localhost:4318)")
+        return value.strip()
 
     @field_validator("log_level")
     @classmethod

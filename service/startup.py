@@ -23,6 +23,7 @@ from densehybrid.service.pipeline import Pipeline
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.service.tracing import TracingUnavailable, configure as configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +132,13 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
             compactor = Compactor(served, settings.compact_after_changes, metrics)
             metrics.watch_writes(served.log.size_bytes, lambda: served.pending_changes,
                                  lambda: served.last_compaction)
+    try:
+        tracing = configure_tracing(settings.otlp_endpoint, settings.otlp_service_name)
+    except TracingUnavailable as exc:
+        raise StartupError(str(exc)) from exc
     return Runtime(settings=settings, encoder=encoder, index=served, batcher=batcher, search_pool=pool,
                    search_batcher=search_batcher, pipeline=pipeline, metrics=metrics, health=health,
-                   compactor=compactor)
+                   compactor=compactor, tracing=tracing)
 
 
 def _live(settings: ServiceSettings, index):
@@ -192,3 +197,5 @@ def stop(rt: Runtime) -> None:
         rt.compactor.stop()
     if rt.index is not None:
         rt.index.close()
+    if rt.tracing is not None:  # last: the spans of the requests answered while stopping go out too
+        rt.tracing.shutdown()
