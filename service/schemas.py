@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Le
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
 
-from densehybrid.encoder.choices import Role
+from densehybrid.encoder.choices import Direction, Role
 from densehybrid.index.fusion import FusionMethod
 from densehybrid.service.settings import Limits
 
@@ -41,6 +41,24 @@ JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 # index.fusion.FUSION_METHODS, spelled out for the schema
+
+
+# truncation and prompts: the same fields on every route that encodes
+TRUNCATE_HELP = ("cut a text over the role's max length (prompt and special tokens included) to it; false: such a "
+                 "text gets 413 naming its token count and the limit; default: the server's auto_truncate")
+DIRECTION_HELP = "which end truncation cuts: right keeps the first tokens, left the last ([CLS]/[SEP] stay in place)"
+PROMPT_NAME_HELP = ("a prompt of the index (GET /info lists them) to put before each text; default: the role's "
+                    "prompt. Passages only take the 'passage' prompt; an unknown name is 422")
+SEARCH_PROMPT_HELP = ("must be the index's query prompt name when given (searches always use it; any other is 422); "
+                      "GET /info lists the prompts")
+
+
+def truncate_field():
+    return Field(None, description=TRUNCATE_HELP, examples=[True])
+
+
+def direction_field():
+    return Field("right", description=DIRECTION_HELP, examples=["left"])
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -112,6 +130,9 @@ def request_models(limits: Limits) -> RequestModels:
                               "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
+        prompt_name: str | None = Field(None, description=SEARCH_PROMPT_HELP)
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -120,16 +141,26 @@ def request_models(limits: Limits) -> RequestModels:
             return self
 
     class EncodeRequest(_Strict):
-        model_config = ConfigDict(extra="forbid", title="EncodeRequest")
-        texts: Texts = Field(description="texts to encode; over-long texts are truncated to the role's max length")
-        role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side and max "
-                                                "length; encode with 'passage' to get vectors as the index stores them")
+        model_config = ConfigDict(extra="forbid", title="EncodeRequest", json_schema_extra={"examples": [
+            {"texts": ["what is a dense retriever"], "role": "query"},
+            {"texts": ["a very long passage ..."], "role": "passage", "truncate": True, "truncation_direction": "left"},
+            {"texts": ["how do I sort a list"], "prompt_name": "query", "truncate": False}]})
+        texts: Texts = Field(description="texts to encode; over-long ones are cut to the role's max length unless "
+                                         "truncate is false")
+        role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side, max "
+                                                "length and prompt; encode with 'passage' to get vectors as the index "
+                                                "stores them")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
+        prompt_name: str | None = Field(None, description=PROMPT_NAME_HELP)
 
     class ExplainRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
         query: Text
         id: DocId = Field(description="document id in the index")
         lam: Lambda | None = Field(None, alias="lambda", description="weight of the query's dense part")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
 
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
 
