@@ -204,6 +204,19 @@ def test_huggingface_hub_inference_client(server, client):
     np.testing.assert_allclose(similarities, expected_scores(client, QUERY, DOCS, lam=0.5), rtol=1e-5, atol=1e-5)
 
 
+def test_huggingface_hub_truncation_options(server, client):
+    from huggingface_hub.errors import HfHubHTTPError
+
+    hub = InferenceClient(model=server.url)
+    long_text = " ".join(f"word{i}" for i in range(100))
+    got = hub.feature_extraction(long_text, normalize=False, truncate=True, truncation_direction="left")
+    left = client.post("/encode", json={"texts": [long_text], "truncation_direction": "left"}).json()["vectors"]
+    np.testing.assert_allclose(np.asarray(got).reshape(1, -1), left, rtol=1e-6)
+    with pytest.raises(HfHubHTTPError) as refused:
+        hub.feature_extraction(long_text, truncate=False)
+    assert refused.value.response.status_code == 413
+
+
 def test_tei_generic_route_accepts_parameters(client):
     r = client.post("/", json={"inputs": TEXTS, "parameters": {"normalize": False}})
     assert r.status_code == 200
