@@ -21,8 +21,9 @@ from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.responses import OpenAIErrorBody
+from densehybrid.encoder.prompts import Prompts
 from densehybrid.service.schemas import (PROMPT_NAME_HELP, Direction, JsonBool, JsonInt, RequestBody, Role, Text,
-                                         direction_field, truncate_field)
+                                         direction_field, passage_prompt_rule, prompt_name_type, truncate_field)
 
 TOKEN_IDS_REFUSED = ("token ids are not accepted: send the text itself (LangChain's OpenAIEmbeddings: set "
                      "check_embedding_ctx_length=False so that it sends text)")
@@ -65,11 +66,13 @@ class EmbeddingList(BaseModel):
     usage: Usage
 
 
-def embeddings_request(max_texts: int) -> type[BaseModel]:
+def embeddings_request(max_texts: int, prompts: Prompts = Prompts()) -> type[BaseModel]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
+    PromptName = prompt_name_type(list(prompts.prompts))
 
     class EmbeddingsRequest(RequestBody):
-        model_config = ConfigDict(extra="forbid", title="OpenAIEmbeddingsRequest")
+        model_config = ConfigDict(extra="forbid", title="OpenAIEmbeddingsRequest",
+                                  json_schema_extra=passage_prompt_rule(prompts, "input_type"))
         input: Annotated[Text | Texts, BeforeValidator(_no_token_ids)] = Field(
             description=f"a text or a list of up to {max_texts} texts (token ids are refused)")
         model: str = Field(description="the served model's id (GET /v1/models)")
@@ -79,7 +82,7 @@ def embeddings_request(max_texts: int) -> type[BaseModel]:
         input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
         truncate: JsonBool | None = truncate_field()
         truncation_direction: Direction = direction_field()
-        prompt_name: str | None = Field(None, description="extension: " + PROMPT_NAME_HELP)
+        prompt_name: PromptName = Field(None, description="extension: " + PROMPT_NAME_HELP)
 
     return EmbeddingsRequest
 
@@ -91,7 +94,7 @@ def _encoded_row(row: np.ndarray, encoding_format: str) -> list[float] | str:
 
 
 def build_router(runtime: Runtime) -> APIRouter:
-    EmbeddingsRequest = embeddings_request(runtime.settings.max_request_texts)
+    EmbeddingsRequest = embeddings_request(runtime.settings.max_request_texts, handlers.served_prompts(runtime))
     router = APIRouter(prefix="/v1", tags=["openai"])
 
     errors = error_responses(OpenAIErrorBody, {404: "the model is not the served one"})

@@ -29,13 +29,13 @@ from densehybrid.service import handlers
 from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
+from densehybrid.encoder.prompts import Prompts
 from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, RequestBody, Role,
-                                         Text)
+                                         Text, passage_prompt_rule, prompt_name_type)
 
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
                   "x-queue-time": "queue_ms", "x-inference-time": "encode_ms"}
 Direction = Literal["Right", "right", "Left", "left"]
-TokenId = Annotated[int, Field(ge=0)]
 
 
 class SparseValue(BaseModel):
@@ -61,13 +61,16 @@ class _TeiRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
 
-def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
+def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int | None = None) -> dict[str, type[BaseModel]]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
+    TokenId = Annotated[int, Field(ge=0, lt=vocab_size)]
+    PromptName = prompt_name_type(list(prompts.prompts))
 
     class InputOptions(_TeiRequest):
+        model_config = ConfigDict(extra="forbid", json_schema_extra=passage_prompt_rule(prompts, "input_type"))
         truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
         truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
-        prompt_name: str | None = Field(None, description=PROMPT_NAME_HELP)
+        prompt_name: PromptName = Field(None, description=PROMPT_NAME_HELP)
         input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
 
     class EmbedOptions(InputOptions):
@@ -107,7 +110,7 @@ def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
                          {"inputs": ["sort a list", "open a file"], "add_special_tokens": False}]})
         inputs: Text | Texts
         add_special_tokens: JsonBool = Field(True, description="include [CLS]/[SEP] as the encoder sees them")
-        prompt_name: str | None = Field(None, description="a served prompt to put first (GET /info lists them)")
+        prompt_name: PromptName = Field(None, description="a served prompt to put first (GET /info lists them)")
 
     class DecodeRequest(_TeiRequest):
         model_config = ConfigDict(extra="forbid", title="TeiDecodeRequest",
@@ -129,7 +132,8 @@ def _timing_headers(request: Request, response: Response) -> None:
 
 
 def build_router(runtime: Runtime) -> APIRouter:
-    models = request_models(runtime.settings.max_request_texts)
+    models = request_models(runtime.settings.max_request_texts, handlers.served_prompts(runtime),
+                            runtime.encoder.spec.vocab_size)
     EmbedRequest, RerankRequest, GenericRequest = models["embed"], models["rerank"], models["generic"]
     router = APIRouter(tags=["tei"], responses=error_responses())
 

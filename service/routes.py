@@ -45,7 +45,7 @@ def json_response(body: dict, request: Request, *, exclude_none: bool = False) -
 
 
 def build_router(runtime: Runtime) -> APIRouter:
-    models = request_models(runtime.settings.limits)
+    models = request_models(runtime.settings.limits, handlers.served_prompts(runtime))
     SearchRequest, EncodeRequest, ExplainRequest = models.search, models.encode, models.explain
     router = APIRouter()
 

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
+from pydantic import (AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
+                      StringConstraints, WithJsonSchema, model_validator)
 
 from densehybrid.encoder.choices import Direction, Role
+from densehybrid.encoder.prompts import PASSAGE_NAME, Prompts
 from densehybrid.index.fusion import FusionMethod
 from densehybrid.service.settings import Limits
 
@@ -51,6 +54,31 @@ PROMPT_NAME_HELP = ("a prompt of the index (GET /info lists them) to put before 
                     "prompt. Passages only take the 'passage' prompt; an unknown name is 422")
 SEARCH_PROMPT_HELP = ("must be the index's query prompt name when given (searches always use it; any other is 422); "
                       "GET /info lists the prompts")
+
+
+def prompt_name_type(names, what: str = "prompts"):
+    """``prompt_name``'s type for the served prompts: one of ``names`` or null (only null without any); the
+    schema lists the names a request may send, and the error names the one it sent."""
+    names = list(names)
+
+    def known(value):
+        if value is not None and value not in names:
+            listed = ", ".join(repr(n) for n in names) or "none"
+            raise PydanticCustomError("unknown_prompt", "{value} is not one of the {what} served here ({listed}); "
+                                      "GET /info lists them", {"value": repr(value), "what": what, "listed": listed})
+        return value
+
+    enum = {"anyOf": [{"type": "string", "enum": names}, {"type": "null"}]} if names else {"type": "null"}
+    return Annotated[str | None, AfterValidator(known), WithJsonSchema(enum)]
+
+
+def passage_prompt_rule(prompts: Prompts, role_field: str) -> dict:
+    """JSON Schema: when ``role_field`` is "passage", ``prompt_name`` may only name the passage prompt."""
+    if not prompts:
+        return {}
+    allowed = [PASSAGE_NAME] if PASSAGE_NAME in prompts.prompts else []
+    return {"if": {"properties": {role_field: {"const": "passage"}}, "required": [role_field]},
+            "then": {"properties": {"prompt_name": {"enum": [*allowed, None]}}}}
 
 
 def truncate_field():
@@ -102,16 +130,21 @@ class RequestModels:
     explain: type[BaseModel]
 
 
-def request_models(limits: Limits) -> RequestModels:
-    """The three request bodies with the given limits in their constraints."""
+def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModels:
+    """The three request bodies with the given limits in their constraints and the served prompts' names."""
     Texts = Annotated[list[Text], Field(min_length=1, max_length=limits.max_request_texts)]
+    PromptName = prompt_name_type(list(prompts.prompts))
+    SearchPromptName = prompt_name_type([prompts.query_name] if prompts.query_name else [], "query prompts")
 
     class SearchRequest(_Strict):
         """One ``query`` or a batch of ``queries`` (exactly one of the two)."""
 
         # exactly one of query/queries, stated in the schema too; neither accepts null
         model_config = ConfigDict(extra="forbid", title="SearchRequest", json_schema_extra={
-            "oneOf": [{"required": ["query"]}, {"required": ["queries"]}]})
+            "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+            "examples": [{"query": "what is a dense retriever", "k": 10},
+                         {"query": "a long question whose point comes last ...", "truncation_direction": "left"},
+                         {"queries": ["sort a list", "open a file"], "k": 3, "truncate": False}]})
         query: Text = Field(None, description="a single query; the response's `results` is a list of hits",
                             json_schema_extra=_no_default)
         queries: Texts = Field(None, description="a batch of queries; `results` is a list of hit lists",
@@ -132,7 +165,7 @@ def request_models(limits: Limits) -> RequestModels:
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
         truncate: JsonBool | None = truncate_field()
         truncation_direction: Direction = direction_field()
-        prompt_name: str | None = Field(None, description=SEARCH_PROMPT_HELP)
+        prompt_name: SearchPromptName = Field(None, description=SEARCH_PROMPT_HELP)
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -144,7 +177,7 @@ def request_models(limits: Limits) -> RequestModels:
         model_config = ConfigDict(extra="forbid", title="EncodeRequest", json_schema_extra={"examples": [
             {"texts": ["what is a dense retriever"], "role": "query"},
             {"texts": ["a very long passage ..."], "role": "passage", "truncate": True, "truncation_direction": "left"},
-            {"texts": ["how do I sort a list"], "prompt_name": "query", "truncate": False}]})
+            {"texts": ["how do I sort a list"], "truncate": False}], **passage_prompt_rule(prompts, "role")})
         texts: Texts = Field(description="texts to encode; over-long ones are cut to the role's max length unless "
                                          "truncate is false")
         role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side, max "
@@ -152,7 +185,7 @@ def request_models(limits: Limits) -> RequestModels:
                                                 "stores them")
         truncate: JsonBool | None = truncate_field()
         truncation_direction: Direction = direction_field()
-        prompt_name: str | None = Field(None, description=PROMPT_NAME_HELP)
+        prompt_name: PromptName = Field(None, description=PROMPT_NAME_HELP)
 
     class ExplainRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
