@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Body, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from densehybrid.service import handlers
@@ -31,7 +31,7 @@ from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, RequestBody, Role,
-                                         Text, passage_prompt_rule, prompt_name_type)
+                                         Text, json_number, passage_prompt_rule, prompt_name_type)
 
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
                   "x-queue-time": "queue_ms", "x-inference-time": "encode_ms"}
@@ -63,7 +63,7 @@ class _TeiRequest(RequestBody):
 
 def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int | None = None) -> dict[str, type[BaseModel]]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
-    TokenId = Annotated[int, Field(ge=0, lt=vocab_size)]
+    TokenId = Annotated[int, Field(ge=0, lt=vocab_size), BeforeValidator(json_number)]  # constraint first: it reaches the schema
     PromptName = prompt_name_type(list(prompts.prompts))
 
     class InputOptions(_TeiRequest):

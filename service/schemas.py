@@ -30,18 +30,18 @@ Text = Annotated[str, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]"
 DocId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
 
-def _json_number(value):
+def json_number(value):
     # JSON's numbers only: 3.0 is an integer in JSON Schema, but true and "3" are not numbers
     if isinstance(value, (bool, str)):
         raise ValueError("must be a JSON number")
     return value
 
 
-JsonInt = Annotated[int, BeforeValidator(_json_number)]
-JsonFloat = Annotated[float, BeforeValidator(_json_number)]
-PositiveInt = Annotated[int, Ge(1), BeforeValidator(_json_number)]  # constraint first: it reaches the JSON schema
+JsonInt = Annotated[int, BeforeValidator(json_number)]
+JsonFloat = Annotated[float, BeforeValidator(json_number)]
+PositiveInt = Annotated[int, Ge(1), BeforeValidator(json_number)]  # constraint first: it reaches the JSON schema
 JsonBool = Annotated[bool, Strict()]
-Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
+Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 # index.fusion.FUSION_METHODS, spelled out for the schema
 
