@@ -18,7 +18,7 @@ from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import write_toy_corpus
 from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.encoder.tokenization import RoleTokenizer
-from densehybrid.index.build import BuildOptions, build_index, passage_text, read_corpus
+from densehybrid.index.build import BuildOptions, build_index, build_state, passage_text, read_corpus
 from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
 from densehybrid.service.app import create_app
@@ -332,3 +332,27 @@ def test_written_documents_get_the_passage_prompt(prompted, tmp_path):
     want = (query.values[0, :gated] * agree) @ passage.values[0, :gated] + 0.5 * query.values[0, gated:] @ passage.values[0, gated:]
     assert found["id"] == "new"
     np.testing.assert_allclose(found["score"], want, rtol=1e-3)
+
+
+def test_cli_search_and_eval_encode_queries_after_the_prompt(prompted):
+    from densehybrid.index import commands
+
+    encoder, index_dir, _ = prompted
+    index = load_index(index_dir)
+    queries = ["dense retrieval latency", "bm25 baseline"]
+    found = commands.search_texts(encoder, Searcher(index), queries, k=4).results
+    want = Searcher(index).search(encoder.encode(["query: " + q for q in queries], "query"), k=4)
+    assert found.ids == want.ids
+    np.testing.assert_allclose(found.scores, want.scores, rtol=1e-6)
+
+
+def test_resume_refuses_other_prompts(tmp_path):
+    from densehybrid.index.errors import IndexWriteError
+    from densehybrid.index import shards
+
+    corpus = write_toy_corpus(tmp_path / "corpus.jsonl", 8)
+    encoder = FakeEncoder("dhr")
+    first = BuildOptions(progress=False, prompts=PROMPTS)
+    shards.start(shards.work_dir(tmp_path / "ix"), build_state(encoder, corpus, first), resume=False)
+    with pytest.raises(IndexWriteError, match="prompts differs"):
+        build_index(encoder, corpus, tmp_path / "ix", BuildOptions(progress=False, resume=True))
