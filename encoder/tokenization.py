@@ -34,9 +34,12 @@ class RoleTokenizer:
     def __call__(self, texts: Sequence[str], role: Role, direction: Direction = "right",
                  prompt: str = "") -> list[tuple[list[int], int]]:
         """Per text: (ids of ``prompt + text`` cut to the role's limit, token count before the cut)."""
-        encodings = self._tokenizer.encode_batch([prompt + text for text in texts])
-        limit = self.max_lengths[role]
-        return [(cut(e, limit, direction, len(prompt)), len(e.ids)) for e in encodings]
+        encodings = self._tokenizer.encode_batch([prompt + text for text in texts] if prompt else list(texts))
+        limit, out = self.max_lengths[role], []
+        for e in encodings:
+            ids = e.ids  # a new list on every access
+            out.append((ids if len(ids) <= limit else cut(e, limit, direction, len(prompt)), len(ids)))
+        return out
 
     def tokens(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[Token]]:
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
