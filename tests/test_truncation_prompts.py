@@ -356,3 +356,13 @@ def test_resume_refuses_other_prompts(tmp_path):
     shards.start(shards.work_dir(tmp_path / "ix"), build_state(encoder, corpus, first), resume=False)
     with pytest.raises(IndexWriteError, match="prompts differs"):
         build_index(encoder, corpus, tmp_path / "ix", BuildOptions(progress=False, resume=True))
+
+
+def test_serve_with_contradicting_prompts_is_one_sentence(prompted, root_logging_restored):
+    from densehybrid.cli.main import app
+
+    _, index_dir, _ = prompted
+    result = CliRunner().invoke(app, ["serve", "--index", str(index_dir), "--passage-prompt", "doc: ", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--passage-prompt 'doc: ' contradicts the index, whose passage prompt is 'passage: '" in result.output
+    assert "Traceback" not in result.output
