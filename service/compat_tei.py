@@ -25,11 +25,11 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from densehybrid.encoder.prompts import Prompts
 from densehybrid.service import handlers
 from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.encoder.prompts import Prompts
 from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, RequestBody, Role,
                                          Text, json_number, passage_prompt_rule, prompt_name_type)
 
@@ -214,7 +214,7 @@ async def sparse_inputs(rt: Runtime, request: Request, body) -> list[list[dict]]
 
 async def rerank_texts(rt: Runtime, request: Request, body) -> list[dict]:
     scores = await handlers.rerank(rt, request, body.query, list(body.texts), truncate=body.truncate,
-                                   direction=(body.truncation_direction or "right").lower())
+                                   direction=body.truncation_direction or "right")
     shown = scores if body.raw_scores else 1.0 / (1.0 + np.exp(-scores.astype(np.float64)))
     order = np.argsort(-scores, kind="stable")
     return [{"index": int(i), "score": float(shown[i]), "text": body.texts[i] if body.return_text else None}
@@ -227,9 +227,9 @@ async def generic_inputs(rt: Runtime, request: Request, body, models: dict) -> l
     if body.parameters is not None:
         given.update(body.parameters.model_dump(exclude_unset=True))
     merged = options.model_validate(given)
-    if isinstance(inputs, models["similarity"]):  # the model's score; only `truncate` applies
+    if isinstance(inputs, models["similarity"]):  # the model's score; only truncation applies
         scores = await handlers.rerank(rt, request, inputs.source_sentence, list(inputs.sentences),
                                        truncate=merged.truncate,
-                                       direction=(merged.truncation_direction or "right").lower())
+                                       direction=merged.truncation_direction or "right")
         return [float(s) for s in scores]
     return await embed_inputs(rt, request, inputs, merged)
