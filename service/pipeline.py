@@ -131,8 +131,12 @@ class Pipeline:
             items = tokenize()
         else:
             items = await run_in_threadpool(tokenize)
-        if not options.truncate:
+        cut = sum(item.truncated for item in items)
+        if cut and not options.truncate:
+            self.metrics.count_rejected("input_too_long")
             self._refuse_truncated(items, role)
+        if cut:
+            self.metrics.count_truncated(role, options.direction, cut)
         return items
 
     async def wait(self, request: Request, future: Future) -> Any:

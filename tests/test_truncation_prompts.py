@@ -236,6 +236,20 @@ def test_left_truncation_keeps_the_last_tokens_and_the_prompt(client, prompted):
     assert client.post("/encode", json={"texts": ["x"], "truncation_direction": "middle"}).status_code == 422
 
 
+def test_truncations_and_refusals_are_counted(client):
+    from support.metrics import read_metrics, sample_total
+
+    def counts():
+        families = read_metrics(client)
+        return (sample_total(families, "densehybrid_truncated_texts_total", role="query", direction="left"),
+                sample_total(families, "densehybrid_rejected_total", reason="input_too_long"))
+
+    cut, refused = counts()
+    assert client.post("/encode", json={"texts": [LONG, LONG, "short"], "truncation_direction": "left"}).status_code == 200
+    assert client.post("/encode", json={"texts": [LONG], "truncate": False}).status_code == 413
+    assert counts() == (cut + 2, refused + 1)
+
+
 def test_auto_truncate_off_refuses_unless_asked(prompted):
     encoder, index_dir, _ = prompted
     app = create_app(ServiceSettings(auto_truncate=False), encoder=encoder, index=load_index(index_dir))
