@@ -9,6 +9,7 @@ never for quality numbers.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Sequence
 
@@ -16,8 +17,8 @@ import numpy as np
 import torch
 
 from densehybrid.encoder import representations as R
-from densehybrid.encoder.base import (GATED_KINDS, Encoded, Encoder, EncoderSpec, Kind, Role, SparseVector,
-                                       TokenizedText)
+from densehybrid.encoder.base import (GATED_KINDS, Direction, Encoded, Encoder, EncoderSpec, Kind, Role, SparseVector,
+                                       Token, TokenizedText)
 
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0
 
@@ -64,14 +65,38 @@ class HashEncoder(Encoder):
         self._vocab.setdefault(token_id, word)
         return token_id
 
-    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
+    def tokenize(self, texts: Sequence[str], role: Role, *, direction: Direction = "right",
+                 prompt: str = "") -> list[TokenizedText]:
         limit = self.spec.max_length(role) - 2
+        prompt_words = min(len(prompt.split()), limit)  # never cut (unless the prompt is over the limit)
         out = []
         for text in texts:
-            words = text.lower().split()
-            ids = [CLS_ID, *(self._word_id(w) for w in words[:limit]), SEP_ID]
-            out.append(TokenizedText({"hash": ids}, truncated=len(words) > limit))
+            joined = (prompt + text).lower().split()
+            kept, words = joined[:prompt_words], joined[prompt_words:]
+            room = limit - len(kept)
+            words_in = words[:room] if direction == "right" else words[len(words) - room:] if room > 0 else []
+            ids = [CLS_ID, *(self._word_id(w) for w in [*kept, *words_in]), SEP_ID]
+            out.append(TokenizedText({"hash": ids}, truncated=len(words) > room,
+                                     full_length=len(kept) + len(words) + 2))
         return out
+
+    def tokens(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
+        out = []
+        for text in texts:
+            words = [Token(self._word_id(m.group().lower()), m.group(), False, m.start(), m.end())
+                     for m in re.finditer(r"\S+", text)]
+            specials = add_special_tokens
+            out.append([Token(CLS_ID, "[CLS]", True, None, None)] * specials + words
+                       + [Token(SEP_ID, "[SEP]", True, None, None)] * specials)
+        return out
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        special = {CLS_ID: "[CLS]", SEP_ID: "[SEP]", PAD_ID: "[PAD]"}
+        outside = [i for i in ids if not 0 <= i < self.vocab_size]
+        if outside:
+            raise ValueError(f"token id {outside[0]} is outside the vocabulary of {self.vocab_size} ids")
+        return " ".join(special[i] if i in special else self.term(i) for i in ids
+                        if not (skip_special_tokens and i in special))
 
     def term(self, token_id: int) -> str:
         return self._vocab.get(token_id, f"[unused{token_id}]")

@@ -20,6 +20,7 @@ from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
+from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index import commands
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.engines import faiss_engine
@@ -50,6 +51,23 @@ def _check_fusion(value: str | None) -> str | None:
     return value
 
 
+def _named_prompts(values: list[str] | None) -> dict[str, str]:
+    named = {}
+    for value in values or []:
+        name, sep, text = value.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{value!r} is not NAME=TEXT", param_hint="--prompt")
+        named[name] = text
+    return named
+
+
+def _build_prompts(query: str | None, passage: str | None, named: list[str] | None, default: str | None) -> Prompts:
+    try:
+        return Prompts.of(query, passage, _named_prompts(named), default)
+    except PromptError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--default-prompt-name") from None
+
+
 _FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (zscore, minmax: per-query normalised; "
                 "adaptive: zscore with a per-query weight from each part's score distribution; "
                 "lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
@@ -70,6 +88,15 @@ def index_build(
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
     fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
                                help="dhr/fusion: the searches' default mix of the two parts (recorded in the manifest)"),
+    query_prompt: Optional[str] = typer.Option(None, "--query-prompt",
+                                               help='put before every query at search time, e.g. "query: " (E5)'),
+    passage_prompt: Optional[str] = typer.Option(None, "--passage-prompt",
+                                                 help='put before every passage, e.g. "passage: " (E5)'),
+    prompt: Optional[list[str]] = typer.Option(None, "--prompt", metavar="NAME=TEXT",
+                                               help="a named prompt (repeatable), as sentence-transformers' prompts; "
+                                                    "'query' and 'passage' are the roles' prompts"),
+    default_prompt_name: Optional[str] = typer.Option(None, "--default-prompt-name",
+                                                      help="the named prompt queries get (default: 'query')"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
     ray: Optional[str] = typer.Option(None, "--ray", help="encode on Ray Data: local (this machine's CPUs), "
                                       "auto or ADDRESS (a running cluster); needs the [ray] extra"),
@@ -85,7 +112,8 @@ def index_build(
         raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None,
-                           name=name, progress=not no_progress, fusion_method=fusion)
+                           name=name, progress=not no_progress, fusion_method=fusion,
+                           prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name))
     try:
         model = commands.load_model(encoder.config, encoder.device)
         start = time.perf_counter()

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from densehybrid.encoder.choices import (  # noqa: F401 - re-exported: older imports name this module
-    GATED_KINDS, KINDS, ROLES, SCALED_KINDS, Kind, Lexical, Pooling, Role,
+    GATED_KINDS, KINDS, ROLES, SCALED_KINDS, Direction, Kind, Lexical, Pooling, Role,
 )
 
 
@@ -105,14 +105,33 @@ class SparseVector:
 
 @dataclass(frozen=True)
 class TokenizedText:
-    """One text's token ids per sub-model (``fusion`` has two), unpadded and truncated."""
+    """One text's token ids per sub-model (``fusion`` has two), unpadded and truncated.
+
+    ``full_length`` is the token count before truncation (the longest sub-model's; None: ``length``)."""
 
     ids: dict[str, list[int]]
     truncated: bool = False
+    full_length: int | None = None
 
     @property
     def length(self) -> int:
         return max(len(v) for v in self.ids.values())
+
+    @property
+    def untruncated_length(self) -> int:
+        return self.length if self.full_length is None else self.full_length
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token of a text as the tokenizer made it: ``text`` is the slice ``[start, stop)`` of the text
+    (character offsets), or the token itself for a special token (``start``, ``stop`` None)."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
 
 
 class Encoder(abc.ABC):
@@ -121,15 +140,27 @@ class Encoder(abc.ABC):
     spec: EncoderSpec
 
     @abc.abstractmethod
-    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
-        """Token ids, truncated to the role's max length. Safe to call from any thread."""
+    def tokenize(self, texts: Sequence[str], role: Role, *, direction: Direction = "right",
+                 prompt: str = "") -> list[TokenizedText]:
+        """Token ids of ``prompt + text``, truncated to the role's max length. Safe to call from any thread.
+
+        ``direction`` "right" keeps the first tokens, "left" the last ones; special tokens ([CLS], [SEP])
+        stay in place and the prompt's tokens are never cut (unless the prompt alone is over the limit)."""
 
     @abc.abstractmethod
     def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
         """Pad and encode; memory is bounded whatever ``len(items)`` is."""
 
-    def encode(self, texts: Sequence[str], role: Role) -> Encoded:
-        return self.encode_tokenized(self.tokenize(texts, role), role)
+    def encode(self, texts: Sequence[str], role: Role, *, prompt: str = "") -> Encoded:
+        return self.encode_tokenized(self.tokenize(texts, role, prompt=prompt), role)
+
+    def tokens(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
+        """Each text's tokens with their character offsets, untruncated (the query side's tokenizer)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its tokens")
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """The text of token ids (the query side's tokenizer)."""
+        raise NotImplementedError(f"{type(self).__name__} does not decode token ids")
 
     @property
     def has_lexical(self) -> bool:

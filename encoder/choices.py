@@ -15,11 +15,14 @@ Lexical = Literal["delade", "skip_mlm", "splade"]
 Pooling = Literal["cls", "mean"]
 # the runtime of the transformer forward; "auto" is ONNX Runtime on a CPU, torch elsewhere
 Backend = Literal["auto", "torch", "onnx"]
+# which end of an over-long text is cut: "right" keeps its first tokens, "left" its last ones
+Direction = Literal["right", "left"]
 
 ROLES: tuple[Role, ...] = get_args(Role)
 KINDS: tuple[Kind, ...] = get_args(Kind)
 LEXICALS: tuple[Lexical, ...] = get_args(Lexical)
 POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
+DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 GATED_KINDS: frozenset[str] = frozenset({"dhr", "dlr", "fusion"})
 SCALED_KINDS: frozenset[str] = frozenset({"dhr", "fusion"})

@@ -23,7 +23,7 @@ import torch
 
 from densehybrid.encoder import representations as R
 from densehybrid.encoder.backbone import Backbone
-from densehybrid.encoder.base import Encoded, Encoder, EncoderSpec, Role, SparseVector, TokenizedText
+from densehybrid.encoder.base import Direction, Encoded, Encoder, EncoderSpec, Role, SparseVector, Token, TokenizedText
 from densehybrid.encoder.device import autocast
 from densehybrid.encoder.heads import LinearHead
 from densehybrid.encoder.tokenization import length_chunks, pad
@@ -58,8 +58,16 @@ class TransformerEncoder(Encoder):
     def backend(self) -> str:
         return self.backbone.backend
 
-    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
-        return [TokenizedText({MODEL_KEY: ids}, truncated=cut) for ids, cut in self.backbone.tokenizer(texts, role)]
+    def tokenize(self, texts: Sequence[str], role: Role, *, direction: Direction = "right",
+                 prompt: str = "") -> list[TokenizedText]:
+        return [TokenizedText({MODEL_KEY: ids}, truncated=len(ids) < full, full_length=full)
+                for ids, full in self.backbone.tokenizer(texts, role, direction, prompt)]
+
+    def tokens(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
+        return self.backbone.tokenizer.tokens(texts, add_special_tokens)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return self.backbone.tokenizer.decode(ids, skip_special_tokens)
 
     def term(self, token_id: int) -> str:
         return self.backbone.tokenizer.term(token_id)
@@ -178,10 +186,20 @@ class FusionEncoder(Encoder):
         halves = (self.lexical.backend, self.dense.backend)
         return halves[0] if halves[0] == halves[1] else "+".join(halves)
 
-    def tokenize(self, texts: Sequence[str], role: Role) -> list[TokenizedText]:
-        halves = zip(self.lexical.tokenize(texts, role), self.dense.tokenize(texts, role))
+    def tokenize(self, texts: Sequence[str], role: Role, *, direction: Direction = "right",
+                 prompt: str = "") -> list[TokenizedText]:
+        halves = zip(self.lexical.tokenize(texts, role, direction=direction, prompt=prompt),
+                     self.dense.tokenize(texts, role, direction=direction, prompt=prompt))
         return [TokenizedText({LEXICAL_KEY: lex.ids[MODEL_KEY], DENSE_KEY: den.ids[MODEL_KEY]},
-                              truncated=lex.truncated or den.truncated) for lex, den in halves]
+                              truncated=lex.truncated or den.truncated,
+                              full_length=max(lex.untruncated_length, den.untruncated_length)) for lex, den in halves]
+
+    def tokens(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
+        """The lexical model's tokens (the vocabulary of the gated part and of ``explain``)."""
+        return self.lexical.tokens(texts, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return self.lexical.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def encode_tokenized(self, items: Sequence[TokenizedText], role: Role) -> Encoded:
         lexical = self.lexical.encode_tokenized([TokenizedText({MODEL_KEY: i.ids[LEXICAL_KEY]}) for i in items], role)

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
 from densehybrid.encoder.batches import encode_all
 from densehybrid.encoder.checksums import sha256_file
+from densehybrid.encoder.prompts import Prompts
 from densehybrid.index import documents, files, fusion, lambda_auto, shards
 from densehybrid.index.documents import Document
 from densehybrid.index.engines import faiss_engine
@@ -39,6 +40,8 @@ class BuildOptions:
     pq: faiss_engine.PQConfig | None = None
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion)
     fusion_method: str = "lambda"
+    # put before each passage (and recorded, so that queries get the query prompt at search time)
+    prompts: Prompts = Prompts()
     name: str | None = None
     resume: bool = False
     overwrite: bool = False
@@ -75,6 +78,7 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
         "shard_size": options.shard_size,
+        **({"prompts": options.prompts.to_dict()} if options.prompts else {}),
     }
 
 
@@ -92,8 +96,9 @@ def _encode_shards(encode_shard: ShardEncoder, corpus: Path, work: Path, options
                dynamic_ncols=True, smoothing=0.1)
     with bar:
         number = done
+        prompt = options.prompts.for_role("passage")
         while batch := list(islice(docs, options.shard_size)):
-            encoded = encode_shard([passage_text(d) for d in batch], bar.update)
+            encoded = encode_shard([prompt + passage_text(d) for d in batch], bar.update)
             shards.write_shard(work, number, encoded.values, encoded.gates, batch)
             number += 1
 
@@ -106,7 +111,12 @@ def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[floa
     values = np.load(staged / files.VALUES, mmap_mode="r")
     gates = np.load(staged / files.GATES, mmap_mode="r") if encoder.spec.gated_dim else None
     texts = [passage_text(d) for d in documents.DocTable(staged / documents.DOCS).iter_rows()]
-    return lambda_auto.choose(encoder, texts, values, gates)
+    return lambda_auto.choose(encoder, texts, values, gates, query_prompt=options.prompts.for_role("query"))
+
+
+def prompts_record(prompts: Prompts) -> dict:
+    """The manifest's ``prompts`` entry ({} for an index without prompts, as before they existed)."""
+    return {"prompts": prompts.to_dict()} if prompts else {}
 
 
 def fusion_record(spec: EncoderSpec, method: str) -> dict:
@@ -146,7 +156,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
-               **fusion_info},
+               **fusion_info, **prompts_record(options.prompts)},
     )
     files.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)

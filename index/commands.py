@@ -45,7 +45,8 @@ def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], *, batc
     """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
     ids, scores, rows = [], [], []
     timing = {"encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0}
-    batches = encode_in_batches(encoder, texts, "query", batch_size)
+    prompt = searcher.index.prompts.for_role("query")  # the index's query prompt, as /search applies it
+    batches = encode_in_batches(encoder, [prompt + text for text in texts], "query", batch_size)
     while True:
         start = time.perf_counter()
         batch = next(batches, None)
@@ -125,7 +126,8 @@ def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *
     qids = [q for q in queries if qrels.get(q)]
     texts = [queries[q] for q in qids]
     start = time.perf_counter()
-    batches = [encoder.encode(texts[s:s + batch_size], "query") for s in range(0, len(texts), batch_size)]
+    prompt = index.prompts.for_role("query")
+    batches = [encoder.encode(texts[s:s + batch_size], "query", prompt=prompt) for s in range(0, len(texts), batch_size)]
     encode_ms = (time.perf_counter() - start) * 1000
     searcher = Searcher(index, device=device)
     rows: dict[str, EvalOutcome] = {}

@@ -32,6 +32,7 @@ import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
+from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError, IndexWriteError
 from densehybrid.index.local import IndexFiles
@@ -201,6 +202,10 @@ def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles
         spec = EncoderSpec.from_dict(manifest["encoder"])
     except (TypeError, ValueError) as exc:
         raise _fail(directory / MANIFEST, f"bad encoder description ({exc})") from exc
+    try:
+        Prompts.from_dict(manifest.get("prompts"))
+    except PromptError as exc:
+        raise _fail(directory / MANIFEST, f"bad prompts ({exc})") from exc
     verify_files(directory, manifest, checksums=checksums)
     count, dim, gated = int(manifest["count"]), int(manifest["dim"]), int(manifest["gated_dim"])
     if (dim, gated) != (spec.dim, spec.gated_dim):

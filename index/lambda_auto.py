@@ -76,8 +76,9 @@ def margin_ratio(lexical: np.ndarray, dense: np.ndarray, source: np.ndarray) -> 
 
 
 def choose(encoder: Encoder, texts: Sequence[str], values: np.ndarray, gates: np.ndarray | None,
-           config: AutoLambdaConfig = AutoLambdaConfig()) -> tuple[float, dict]:
-    """λ for an index of ``texts`` (row order) with passage ``values``/``gates``; -> (λ, manifest record)."""
+           config: AutoLambdaConfig = AutoLambdaConfig(), *, query_prompt: str = "") -> tuple[float, dict]:
+    """λ for an index of ``texts`` (row order) with passage ``values``/``gates``; -> (λ, manifest record).
+    The pseudo-queries are encoded as searches encode queries: after ``query_prompt``."""
     spec = encoder.spec
     if spec.kind not in SCALED_KINDS or gates is None:
         return spec.lam, {"method": "model", "note": f"λ is not used by kind {spec.kind}"}
@@ -85,7 +86,7 @@ def choose(encoder: Encoder, texts: Sequence[str], values: np.ndarray, gates: np
     rows = np.sort(rng.choice(len(texts), min(config.pool, len(texts)), replace=False))
     picked = rng.permutation(len(rows))[: min(config.queries, len(rows))]
     queries = [pseudo_query(texts[rows[i]], config.window, rng) for i in picked]
-    encoded = encoder.encode(queries, "query")
+    encoded = encoder.encode(queries, "query", prompt=query_prompt)
     lexical, dense = part_scores(encoded.values, encoded.gates, values, gates, rows)
     lam, used = margin_ratio(lexical, dense, picked)
     log.info("auto λ = %.4g from %d pseudo-queries against %d passages", lam, used, len(rows))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
 
 if TYPE_CHECKING:
@@ -59,6 +60,11 @@ class ManifestView:
     def dense_weight(self) -> float:
         """The dense part's weight in the normalised fusion methods."""
         return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
+
+    @property
+    def prompts(self) -> Prompts:
+        """The prompts the index's passages were encoded after, and queries must be (none before they existed)."""
+        return Prompts.from_dict(self.manifest.get("prompts"))
 
 
 class DocumentLookup:

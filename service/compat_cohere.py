@@ -4,6 +4,8 @@ For the ``cohere`` SDK (``Client`` uses v1, ``ClientV2`` v2). Each document is s
 against the query with the served model's own score (GIP for kinds with gates, inner product
 otherwise); ``relevance_score`` is that raw score, so it is comparable across requests of one model
 but not bounded to [0, 1] as Cohere's models' are. ``model``, when given, must be the served one.
+``truncate`` and ``truncation_direction`` are extension fields, as on ``/encode``; the query gets the
+served query prompt and the documents the passage prompt, as a search of the index would.
 """
 
 
@@ -17,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from densehybrid.service import handlers
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import JsonBool, PositiveInt, RequestBody, Text
+from densehybrid.service.schemas import (Direction, JsonBool, PositiveInt, RequestBody, Text, direction_field,
+                                         truncate_field)
 
 
 class DocumentObject(BaseModel):
@@ -51,6 +54,8 @@ def rerank_request(max_texts: int, version: int) -> type[BaseModel]:
         max_tokens_per_doc: PositiveInt | None = Field(None, description="accepted and ignored; the model's "
                                                    "max passage length applies (v2)")
         rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is supported")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
 
     return CohereRerankRequest
 
@@ -77,7 +82,8 @@ def _rerank_route(runtime: Runtime, version: int):
 async def rerank_documents(rt: Runtime, request: Request, body, version: int) -> dict:
     handlers.require_model(rt, body.model)
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
-    scores = await handlers.rerank(rt, request, body.query, texts)
+    scores = await handlers.rerank(rt, request, body.query, texts, truncate=body.truncate,
+                                   direction=body.truncation_direction)
     order = np.argsort(-scores, kind="stable")[:body.top_n]
     results = [{"index": int(i), "relevance_score": float(scores[i]),
                 "document": {"text": texts[i]} if body.return_documents else None} for i in order]

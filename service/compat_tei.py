@@ -6,10 +6,15 @@ scores each text as a passage against the query with the served model's own scor
 with gates, inner product otherwise); ``/embed_sparse`` returns each text's V-dim lexical vector
 (before DLR or aggregation, docs/concepts.md) as its non-zero ``{"index", "value"}`` entries, and a 422
 for dense-only (``cls``) models; ``raw_scores`` false applies a sigmoid as TEI does, which keeps
-the order but saturates near 1 for large scores. As in TEI, ``truncate`` defaults to false: an
-over-long text is a 413 that names the limit. ``POST /`` is TEI's generic route: ``inputs`` (a text
-or texts -> embeddings; ``{"source_sentence", "sentences"}`` -> similarities) with optional
-``parameters``. Every answer carries TEI's timing headers (milliseconds).
+the order but saturates near 1 for large scores. As in TEI, ``truncate`` left out follows the
+server's ``--auto-truncate`` (on by default); false makes an over-long text a 413 that names its token
+count and the limit; ``truncation_direction`` is ``Right`` or ``Left`` (any case). ``prompt_name``
+picks one of the served prompts (``GET /info``), as TEI's does from the model's. ``POST /`` is TEI's
+generic route: ``inputs`` (a text or texts -> embeddings; ``{"source_sentence", "sentences"}`` ->
+similarities) with optional ``parameters``. ``POST /tokenize`` and ``POST /decode`` are TEI's: the
+query-side tokenizer's tokens with their character offsets in the prompted text (untruncated; the
+prompt is the query prompt unless ``prompt_name`` names another, as ``/embed`` puts it first), and the
+text of token ids. Every answer carries TEI's timing headers (milliseconds).
 """
 
 
@@ -17,21 +22,33 @@ from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Body, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
+from densehybrid.encoder.prompts import Prompts
 from densehybrid.service import handlers
+from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import JsonBool, RequestBody, Role, Text
+from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, RequestBody, Role,
+                                         Text, json_number, passage_prompt_rule, prompt_name_type)
 
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
                   "x-queue-time": "queue_ms", "x-inference-time": "encode_ms"}
-Direction = Literal["Right", "right"]
+Direction = Literal["Right", "right", "Left", "left"]
 
 
 class SparseValue(BaseModel):
     index: int = Field(description="token id in the model's vocabulary")
     value: float
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str = Field(description="the input's characters [start, stop), or the special token itself")
+    special: bool
+    start: int | None = Field(description="character offset in the input (after the prompt, if any); null for special tokens")
+    stop: int | None
 
 
 class RerankHit(BaseModel):
@@ -44,13 +61,16 @@ class _TeiRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
 
-def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
+def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int | None = None) -> dict[str, type[BaseModel]]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
+    TokenId = Annotated[int, Field(ge=0, lt=vocab_size), BeforeValidator(json_number)]  # constraint first: it reaches the schema
+    PromptName = prompt_name_type(list(prompts.prompts))
 
     class InputOptions(_TeiRequest):
-        truncate: JsonBool | None = Field(False, description="cut over-long texts to the max length (else 413)")
-        truncation_direction: Direction | None = Field(None, description="only right truncation")
-        prompt_name: None = Field(None, description="prompts are not supported")
+        model_config = ConfigDict(extra="forbid", json_schema_extra=passage_prompt_rule(prompts, "input_type"))
+        truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
+        truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
+        prompt_name: PromptName = Field(None, description=PROMPT_NAME_HELP)
         input_type: Role = Field("query", description="extension: encoder side for asymmetric models")
 
     class EmbedOptions(InputOptions):
@@ -70,8 +90,8 @@ def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
         texts: Texts
         return_text: JsonBool = False
         raw_scores: JsonBool = Field(False, description="false: sigmoid of the score (TEI's default)")
-        truncate: JsonBool | None = False
-        truncation_direction: Direction | None = None
+        truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
+        truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
 
     class SimilarityInputs(_TeiRequest):
         source_sentence: Text
@@ -84,8 +104,24 @@ def request_models(max_texts: int) -> dict[str, type[BaseModel]]:
         inputs: Text | Texts | SimilarityInputs
         parameters: EmbedOptions | None = Field(None, description="options of /embed, e.g. normalize")
 
+    class TokenizeRequest(_TeiRequest):
+        model_config = ConfigDict(extra="forbid", title="TeiTokenizeRequest", json_schema_extra={
+            "examples": [{"inputs": "what is a dense retriever"},
+                         {"inputs": ["sort a list", "open a file"], "add_special_tokens": False}]})
+        inputs: Text | Texts
+        add_special_tokens: JsonBool = Field(True, description="include [CLS]/[SEP] as the encoder sees them")
+        prompt_name: PromptName = Field(None, description="a served prompt to put first (GET /info lists them)")
+
+    class DecodeRequest(_TeiRequest):
+        model_config = ConfigDict(extra="forbid", title="TeiDecodeRequest",
+                                  json_schema_extra={"examples": [{"ids": [101, 7592, 2088, 102]}]})
+        ids: Annotated[list[TokenId], Field(min_length=1)] | Annotated[
+            list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=max_texts)]
+        skip_special_tokens: JsonBool = True
+
     return {"embed": EmbedRequest, "sparse": EmbedSparseRequest, "options": EmbedOptions, "rerank": RerankRequest,
-            "generic": GenericRequest, "similarity": SimilarityInputs}
+            "generic": GenericRequest, "similarity": SimilarityInputs, "tokenize": TokenizeRequest,
+            "decode": DecodeRequest}
 
 
 def _timing_headers(request: Request, response: Response) -> None:
@@ -96,7 +132,8 @@ def _timing_headers(request: Request, response: Response) -> None:
 
 
 def build_router(runtime: Runtime) -> APIRouter:
-    models = request_models(runtime.settings.max_request_texts)
+    models = request_models(runtime.settings.max_request_texts, handlers.served_prompts(runtime),
+                            runtime.encoder.spec.vocab_size)
     EmbedRequest, RerankRequest, GenericRequest = models["embed"], models["rerank"], models["generic"]
     router = APIRouter(tags=["tei"], responses=error_responses())
 
@@ -128,12 +165,39 @@ def build_router(runtime: Runtime) -> APIRouter:
         _timing_headers(request, response)
         return answer
 
+    @router.post("/tokenize", response_model=list[list[SimpleToken]])
+    async def tokenize(body: models["tokenize"] = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's tokenize: each input's tokens (id, text, special, start, stop), untruncated."""
+        return await tokenize_inputs(runtime, body)
+
+    @router.post("/decode", response_model=list[str])
+    async def decode(body: models["decode"] = Body()) -> list:  # type: ignore[valid-type]
+        """TEI's decode: the text of each list of token ids."""
+        return await decode_ids(runtime, body)
+
     return router
+
+
+async def tokenize_inputs(rt: Runtime, body) -> list[list[dict]]:
+    texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
+    prompt = handlers.text_options(rt, "query", prompt_name=body.prompt_name).prompt  # what /embed puts first
+    tokens = await run_in_threadpool(rt.encoder.tokens, [prompt + text for text in texts],
+                                     add_special_tokens=body.add_special_tokens)
+    return [[vars(token) for token in row] for row in tokens]
+
+
+async def decode_ids(rt: Runtime, body) -> list[str]:
+    batch = body.ids if isinstance(body.ids[0], list) else [body.ids]
+    try:
+        return [rt.encoder.decode(row, skip_special_tokens=body.skip_special_tokens) for row in batch]
+    except ValueError as exc:  # an id outside the vocabulary
+        raise InvalidRequest(str(exc)) from None
 
 
 async def embed_inputs(rt: Runtime, request: Request, inputs, options) -> list[list[float]]:
     texts = [inputs] if isinstance(inputs, str) else list(inputs)
-    done = await handlers.encode_texts(rt, request, texts, options.input_type, truncate=bool(options.truncate))
+    done = await handlers.encode_texts(rt, request, texts, options.input_type,
+                                       handlers.request_text_options(rt, options.input_type, options))
     values = done.encoded.values.astype(np.float32)
     if options.normalize:
         values = values / np.maximum(np.linalg.norm(values, axis=1, keepdims=True), 1e-12)
@@ -142,14 +206,15 @@ async def embed_inputs(rt: Runtime, request: Request, inputs, options) -> list[l
 
 async def sparse_inputs(rt: Runtime, request: Request, body) -> list[list[dict]]:
     texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
-    done = await handlers.encode_texts(rt, request, texts, body.input_type, truncate=bool(body.truncate),
-                                       output="lexical")
+    done = await handlers.encode_texts(rt, request, texts, body.input_type,
+                                       handlers.request_text_options(rt, body.input_type, body), output="lexical")
     return [[{"index": int(i), "value": float(v)} for i, v in zip(sparse.indices, sparse.values)]
             for sparse in done.encoded]
 
 
 async def rerank_texts(rt: Runtime, request: Request, body) -> list[dict]:
-    scores = await handlers.rerank(rt, request, body.query, list(body.texts), truncate=bool(body.truncate))
+    scores = await handlers.rerank(rt, request, body.query, list(body.texts), truncate=body.truncate,
+                                   direction=body.truncation_direction or "right")
     shown = scores if body.raw_scores else 1.0 / (1.0 + np.exp(-scores.astype(np.float64)))
     order = np.argsort(-scores, kind="stable")
     return [{"index": int(i), "score": float(shown[i]), "text": body.texts[i] if body.return_text else None}
@@ -162,8 +227,9 @@ async def generic_inputs(rt: Runtime, request: Request, body, models: dict) -> l
     if body.parameters is not None:
         given.update(body.parameters.model_dump(exclude_unset=True))
     merged = options.model_validate(given)
-    if isinstance(inputs, models["similarity"]):  # the model's score; only `truncate` applies
+    if isinstance(inputs, models["similarity"]):  # the model's score; only truncation applies
         scores = await handlers.rerank(rt, request, inputs.source_sentence, list(inputs.sentences),
-                                       truncate=bool(merged.truncate))
+                                       truncate=merged.truncate,
+                                       direction=merged.truncation_direction or "right")
         return [float(s) for s in scores]
     return await embed_inputs(rt, request, inputs, merged)

@@ -21,8 +21,8 @@ from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.live import LiveIndex, UnknownDocument
 from densehybrid.index.wal import LogFullError
 from densehybrid.service.errors import InsufficientStorage, NotFound, WriteFailed, WritesDisabled
-from densehybrid.service.handlers import require_index, require_ready
-from densehybrid.service.pipeline import ms, record
+from densehybrid.service.handlers import require_index, require_ready, served_prompts
+from densehybrid.service.pipeline import TextOptions, ms, record
 from densehybrid.service.runtime import Runtime
 
 
@@ -51,7 +51,9 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
     docs = [Document(d.id, d.title, d.text) for d in body.documents]
-    done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage")
+    # as index build encodes passages: after the index's passage prompt, cut from the right when over-long
+    passages = TextOptions(truncate=True, prompt=served_prompts(rt).for_role("passage"))
+    done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage", passages)
     logged = time.perf_counter()
     seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)
     rt.compactor.maybe_start()

@@ -11,15 +11,18 @@ from __future__ import annotations
 import numpy as np
 from fastapi import Request
 
-from densehybrid.encoder.base import Encoded, Role
+from densehybrid.encoder.base import Direction, Encoded, Role
+from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                         StoreUnavailable)
-from densehybrid.service.pipeline import EncodedTexts, record
+from densehybrid.service.pipeline import EncodedTexts, TextOptions, record
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchParams
 
-TRUNCATION_NOTE = "texts longer than the role's max length are truncated to it, not rejected"
+TRUNCATION_NOTE = ("a text longer than its role's max length (prompt and special tokens included) is truncated to it, "
+                   "keeping its first tokens (truncation_direction left: its last), when the request's truncate "
+                   "is true or, without one, auto_truncate is on; otherwise it gets 413 naming its token count")
 
 
 def require_ready(rt: Runtime) -> None:
@@ -43,18 +46,49 @@ def require_model(rt: Runtime, name: str | None) -> str:
     return served
 
 
+# -- truncation and prompts ------------------------------------------------------------
+def served_prompts(rt: Runtime) -> Prompts:
+    """The index's prompts (its passages were encoded after them); without an index, the server's own."""
+    if rt.index is not None:
+        return rt.index.prompts
+    return Prompts.of(rt.settings.query_prompt, rt.settings.passage_prompt)
+
+
+def text_options(rt: Runtime, role: Role, *, truncate: bool | None = None, direction: Direction = "right",
+                 prompt_name: str | None = None, search: bool = False) -> TextOptions:
+    """A request's truncation (``truncate`` None: the server's auto_truncate) and the prompt of ``role``:
+    the one ``prompt_name`` names (422 when the role may not use it), else the role's. A ``search`` always
+    uses the index's query prompt, and refuses a ``prompt_name`` that is not it."""
+    prompts = served_prompts(rt)
+    try:
+        prompt = prompts.check_search(prompt_name) if search else prompts.resolve(role, prompt_name)
+    except PromptError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return TextOptions(rt.settings.auto_truncate if truncate is None else truncate, direction.lower(), prompt)
+
+
+def request_text_options(rt: Runtime, role: Role, body, *, search: bool = False) -> TextOptions:
+    """:func:`text_options` from a body's ``truncate``, ``truncation_direction`` and ``prompt_name`` (when it has them)."""
+    return text_options(rt, role, truncate=getattr(body, "truncate", None),
+                        direction=getattr(body, "truncation_direction", None) or "right",
+                        prompt_name=getattr(body, "prompt_name", None), search=search)
+
+
 # -- /encode and the compatible APIs ------------------------------------------------
-async def encode_texts(rt: Runtime, request: Request, texts: list[str], role: Role, *,
-                       truncate: bool = True, output: Output = "vectors") -> EncodedTexts:
-    """The one encode path of every route that returns vectors (``/encode`` and the compatible APIs)."""
+async def encode_texts(rt: Runtime, request: Request, texts: list[str], role: Role,
+                       options: TextOptions | None = None, *, output: Output = "vectors") -> EncodedTexts:
+    """The one encode path of every route that returns vectors (``/encode`` and the compatible APIs);
+    ``options`` None: the server's truncation default and the role's prompt."""
     require_ready(rt)
-    done = await rt.pipeline.encode(request, texts, role, truncate=truncate, output=output)
+    options = options or text_options(rt, role)
+    done = await rt.pipeline.encode(request, texts, role, options, output=output)
     record(request, done.timing)
     return done
 
 
-async def encode(rt: Runtime, request: Request, texts: list[str], role: Role) -> dict:
-    done = await encode_texts(rt, request, texts, role)
+async def encode(rt: Runtime, request: Request, texts: list[str], role: Role,
+                 options: TextOptions | None = None) -> dict:
+    done = await encode_texts(rt, request, texts, role, options)
     encoded, spec = done.encoded, rt.encoder.spec
     return {
         "vectors": encoded.values.tolist(),
@@ -70,10 +104,15 @@ def served_lambda(rt: Runtime) -> float:
     return float(rt.index.lam) if rt.index is not None else float(rt.encoder.spec.lam)
 
 
-async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *, truncate: bool = True) -> np.ndarray:
-    """Scores of ``texts`` for ``query`` (the TEI and Cohere rerank routes)."""
+async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *, truncate: bool | None = None,
+                 direction: Direction = "right") -> np.ndarray:
+    """Scores of ``texts`` for ``query`` (the TEI and Cohere rerank routes): the query after the query prompt,
+    the texts after the passage prompt, as a search of the index would score them."""
     require_ready(rt)
-    return await rt.pipeline.score(request, query, texts, lam=served_lambda(rt), truncate=truncate)
+    return await rt.pipeline.score(
+        request, query, texts, lam=served_lambda(rt),
+        query_options=text_options(rt, "query", truncate=truncate, direction=direction),
+        passage_options=text_options(rt, "passage", truncate=truncate, direction=direction))
 
 
 # -- /search -------------------------------------------------------------------
@@ -131,8 +170,9 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
     params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion)
+    options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
-                                                 lambda encoded, found: _hits(rt, body, encoded, found, lam))
+                                                 lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
     if per_query is None:
         per_query = [[] for _ in texts]
     return {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
@@ -148,7 +188,8 @@ async def explain(rt: Runtime, request: Request, body) -> dict:
         raise NotFound(f"no document with id {body.id!r} in index {index.name!r}")
     lam = index.lam if body.lam is None else body.lam
     found, timing = await rt.pipeline.encode_then(request, [body.query], "explain_ms",
-                                                  lambda encoded: _explanation(rt, encoded, row, lam))
+                                                  lambda encoded: _explanation(rt, encoded, row, lam),
+                                                  request_text_options(rt, "query", body, search=True))
     return {"id": body.id, **found, "timing": timing}
 
 
@@ -169,8 +210,10 @@ def info(rt: Runtime) -> dict:
                    "max_return_text_bytes": s.max_return_text_bytes,
                    "queue_size": s.queue_size},
         "ready": rt.ready,
+        "prompts": served_prompts(rt).to_dict(),
         # text-embeddings-inference's top-level fields, for TEI clients
         "model_id": spec.model_id, "max_input_length": spec.max_passage_length,
         "max_client_batch_size": s.max_request_texts, "max_batch_tokens": s.max_batch_tokens,
+        "auto_truncate": s.auto_truncate,
     }
 

@@ -73,6 +73,8 @@ class ServiceMetrics:
                                      "Unix time of the last finished compaction (0: none yet)", registry=r)
         self.compactions = Counter(p + "compactions_total", "compactions by outcome", ["outcome"], registry=r)
         self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
+        self.truncated = Counter(p + "truncated_texts_total", "texts cut to their role's max length, by the end cut",
+                                 ["role", "direction"], registry=r)
 
     # -- reports from the encoder worker (see service.batcher.BatchObserver) --
     def observe_batch(self, role: str, texts: int, tokens: int, seconds: float) -> None:
@@ -88,6 +90,9 @@ class ServiceMetrics:
 
     def count_rejected(self, reason: str) -> None:
         self.rejected.labels(reason=reason).inc()
+
+    def count_truncated(self, role: str, direction: str, texts: int) -> None:
+        self.truncated.labels(role=role, direction=direction).inc(texts)
 
     def count_batch_failure(self, role: str) -> None:
         self.batch_failures.labels(role=role).inc()

@@ -93,7 +93,7 @@ def _hit_view(hit: dict, kind: str) -> dict:
 async def _search(rt: Runtime, request: Request, query: str, k: int) -> tuple[dict, int]:
     """The page's context and status for one query: hits and times, or the error the API would give."""
     try:
-        body = request_models(rt.settings.limits).search(query=query, k=k, return_text=True, explain=True)
+        body = request_models(rt.settings.limits, handlers.served_prompts(rt)).search(query=query, k=k, return_text=True, explain=True)
         found = await handlers.search(rt, request, body)
     except ValidationError as exc:
         return {"error": "; ".join(e["msg"] for e in exc.errors())}, 422

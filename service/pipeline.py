@@ -37,7 +37,7 @@ import numpy as np
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from densehybrid.encoder.base import Encoded, Encoder, Role, SparseVector, TokenizedText
+from densehybrid.encoder.base import Direction, Encoded, Encoder, Role, SparseVector, TokenizedText
 from densehybrid.index.errors import MilvusUnavailableError
 from densehybrid.service.batcher import Batcher, EncodeOutcome, Output
 from densehybrid.service.errors import (ClientGone, InvalidRequest, PayloadTooLarge, RequestTimeout, ServiceError,
@@ -62,6 +62,16 @@ def record(request: Request, timing: dict[str, float]) -> dict[str, float]:
     """Stage times for the ``Server-Timing`` header (the middleware reads them); returned for the body."""
     request.state.timing = timing
     return timing
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How a request's texts are tokenized: cut to the role's max length (else refused, 413), from which
+    end, and after which prompt (its tokens count toward the limit and are never cut)."""
+
+    truncate: bool = True
+    direction: Direction = "right"
+    prompt: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,12 +122,23 @@ class Pipeline:
         self.retry_after_s = retry_after_s
 
     # -- stages ----------------------------------------------------------------
-    async def tokenize(self, texts: list[str], role: Role) -> list[TokenizedText]:
-        """Token ids for the encoder worker; a full queue is refused (429) before any tokenizing."""
+    async def tokenize(self, texts: list[str], role: Role, options: TextOptions = TextOptions()) -> list[TokenizedText]:
+        """Token ids for the encoder worker; a full queue is refused (429) before any tokenizing, an over-long
+        text that may not be truncated (413) after."""
         self.batcher.check_room(len(texts))
+        tokenize = functools.partial(self.encoder.tokenize, texts, role, direction=options.direction,
+                                     prompt=options.prompt)
         if sum(len(text) for text in texts) <= INLINE_TOKENIZE_CHARS:
-            return self.encoder.tokenize(texts, role)
-        return await run_in_threadpool(self.encoder.tokenize, texts, role)
+            items = tokenize()
+        else:
+            items = await run_in_threadpool(tokenize)
+        cut = sum(item.truncated for item in items)
+        if cut and not options.truncate:
+            self.metrics.count_rejected("input_too_long")
+            self._refuse_truncated(items, role)
+        if cut:
+            self.metrics.count_truncated(role, options.direction, cut)
+        return items
 
     async def wait(self, request: Request, future: Future) -> Any:
         """The request's answer. A client that disconnects first, or the timeout, takes a job still queued
@@ -145,19 +166,17 @@ class Pipeline:
         return await asyncio.get_running_loop().run_in_executor(self.search_pool, functools.partial(fn, *args))
 
     # -- what routes call ------------------------------------------------------
-    async def encode(self, request: Request, texts: list[str], role: Role, *, truncate: bool = True,
+    async def encode(self, request: Request, texts: list[str], role: Role, options: TextOptions = TextOptions(), *,
                      output: Output = "vectors") -> EncodedTexts:
-        """Rows of ``texts``. ``truncate=False`` refuses over-long texts (413) before they reach the worker;
-        ``output="lexical"`` asks for the lexical vectors, refused (422) for models without one."""
+        """Rows of ``texts``. ``options.truncate`` False refuses over-long texts (413) before they reach the
+        worker; ``output="lexical"`` asks for the lexical vectors, refused (422) for models without one."""
         if output == "lexical" and not self.encoder.has_lexical:
             raise InvalidRequest(f"the served model ({self.encoder.spec.kind!r}) is dense-only: it has no lexical "
                                  "vector over the vocabulary; use /embed")
         trace = trace_of(request)
         started = time.perf_counter()
-        items = await self.tokenize(texts, role)
+        items = await self.tokenize(texts, role, options)
         tokenized = time.perf_counter()
-        if not truncate:
-            self._refuse_truncated(items, role)
         outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output))
         trace.tokenized(started, tokenized, items)
         trace.encoded(tokenized, outcome, role)
@@ -168,16 +187,18 @@ class Pipeline:
         cut = [i for i, item in enumerate(items) if item.truncated]
         if cut:
             limit = self.encoder.spec.max_length(role)
-            raise PayloadTooLarge(f"input {cut[0]} is longer than the {role} limit of {limit} tokens "
-                                  "(send truncate=true to cut it to the limit)")
+            raise PayloadTooLarge(f"input {cut[0]} has {items[cut[0]].untruncated_length} tokens, over the {role} "
+                                  f"limit of {limit} tokens (special tokens and the prompt count toward it); send "
+                                  "truncate=true to cut it to the limit")
 
     async def search(self, request: Request, texts: list[str], params: SearchParams | None,
-                     shape: Callable[[Encoded, SearchOutcome], T]) -> tuple[T | None, dict[str, float]]:
+                     shape: Callable[[Encoded, SearchOutcome], T],
+                     options: TextOptions = TextOptions()) -> tuple[T | None, dict[str, float]]:
         """``shape(queries, found)`` of the search of ``texts``, computed on the search thread, and the stage
         times; ``params`` None (k = 0) encodes only."""
         trace = trace_of(request)
         started = time.perf_counter()
-        items = await self.tokenize(texts, "query")
+        items = await self.tokenize(texts, "query", options)
         tokenized = time.perf_counter()
         then = None if params is None else functools.partial(self._search_next, params, shape)
         try:
@@ -212,13 +233,13 @@ class Pipeline:
         self.metrics.observe_search(params.first_stage, found.search_ms / 1000, rerank_s)
         return _Searched(encoded, found, shape(encoded.encoded, found))
 
-    async def encode_then(self, request: Request, texts: list[str], stage: str,
-                          fn: Callable[[Encoded], T]) -> tuple[T, dict[str, float]]:
+    async def encode_then(self, request: Request, texts: list[str], stage: str, fn: Callable[[Encoded], T],
+                          options: TextOptions = TextOptions()) -> tuple[T, dict[str, float]]:
         """``fn`` of the queries' rows, run on a search thread straight after the forward; ``stage`` names its
         time."""
         trace = trace_of(request)
         started = time.perf_counter()
-        items = await self.tokenize(texts, "query")
+        items = await self.tokenize(texts, "query", options)
         tokenized = time.perf_counter()
         outcome, value, seconds = await self.wait(request, self.batcher.submit(
             items, "query", then=functools.partial(self._on_pool, fn)))
@@ -240,12 +261,13 @@ class Pipeline:
         self.search_pool.submit(run)
 
     async def score(self, request: Request, query: str, texts: list[str], *, lam: float,
-                    truncate: bool = True) -> np.ndarray:
+                    query_options: TextOptions = TextOptions(),
+                    passage_options: TextOptions = TextOptions()) -> np.ndarray:
         """Scores of ``texts`` (as passages) for ``query`` with the served model's own score: the gated inner
         product for kinds with gates, the inner product otherwise (the index's scores for the same pair)."""
         started = time.perf_counter()
-        asked = await self.encode(request, [query], "query", truncate=truncate)
-        passages = await self.encode(request, texts, "passage", truncate=truncate)
+        asked = await self.encode(request, [query], "query", query_options)
+        passages = await self.encode(request, texts, "passage", passage_options)
         scoring = time.perf_counter()
         scores = await self.on_search_threads(_score_passages, asked.encoded, passages.encoded,
                                               self.encoder.spec.gated_dim, lam)

@@ -114,6 +114,15 @@ class IndexInfo(BaseModel):
     lam: float
 
 
+class PromptsInfo(BaseModel):
+    """The served prompts, in sentence-transformers' shape: the index's (its manifest), else the server's."""
+
+    prompts: dict[str, str] = Field(description="name -> text put before the input; 'passage' is the passages' "
+                                                "prompt, 'query' the queries' unless default_prompt_name names another",
+                                    examples=[{"query": "query: ", "passage": "passage: "}])
+    default_prompt_name: str | None = Field(description="the prompt queries get, when not 'query'")
+
+
 class Info(BaseModel):
     model: ModelInfo
     index: IndexInfo | None
@@ -122,10 +131,16 @@ class Info(BaseModel):
         "model.lam is only the model's default that index build started from; null without an index"))
     limits: dict[str, int]
     ready: bool
+    prompts: PromptsInfo
     model_id: str = Field(description="TEI's field: the served model")
-    max_input_length: int = Field(description="TEI's field: the longest text in tokens (passage side)")
-    max_client_batch_size: int = Field(description="TEI's field: texts per request")
-    max_batch_tokens: int = Field(description="TEI's field: padded tokens per forward")
+    max_input_length: int = Field(description="TEI's field: the longest text in tokens, special tokens and prompt "
+                                              "included, on the passage side (queries: model.max_query_length); "
+                                              "longer ones are cut or refused (auto_truncate)")
+    max_client_batch_size: int = Field(description="TEI's field: texts per request (max_request_texts); more is 413")
+    max_batch_tokens: int = Field(description="TEI's field: padded tokens (texts x longest) the encoder worker puts "
+                                              "in one batch of requests; a request over it runs alone, not refused")
+    auto_truncate: bool = Field(description="TEI's field: whether over-long texts are cut when a request does not "
+                                            "send `truncate`")
 
 
 class StoredDocument(BaseModel):

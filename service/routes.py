@@ -16,7 +16,7 @@ from densehybrid.service.schemas import documents_request_model, request_models
 
 _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {
     401: "missing or wrong API key",
-    413: "body or batch over the limits",
+    413: "body or batch over the limits, or a text over the max length with truncation off",
     415: "body not sent as Content-Type: application/json",
     422: "malformed or out-of-range fields",
     429: "encoder queue full; see Retry-After",
@@ -45,7 +45,7 @@ def json_response(body: dict, request: Request, *, exclude_none: bool = False) -
 
 
 def build_router(runtime: Runtime) -> APIRouter:
-    models = request_models(runtime.settings.limits)
+    models = request_models(runtime.settings.limits, handlers.served_prompts(runtime))
     SearchRequest, EncodeRequest, ExplainRequest = models.search, models.encode, models.explain
     router = APIRouter()
 
@@ -60,7 +60,8 @@ def build_router(runtime: Runtime) -> APIRouter:
         """Vectors (and gates) of texts, as the index stores them (the dense part unscaled)."""
         # serialized in Rust, skipping FastAPI's per-float re-validation: at 16 passages that walk cost
         # ~25 ms of event-loop time per request and capped throughput under many clients
-        return json_response(await handlers.encode(runtime, request, body.texts, body.role), request)
+        options = handlers.request_text_options(runtime, body.role, body)
+        return json_response(await handlers.encode(runtime, request, body.texts, body.role, options), request)
 
     @router.post("/explain", response_model=ExplainResponse, responses={**_ERRORS, 404: {
         "model": ErrorBody, "description": "unknown document id"}}, tags=["retrieval"])

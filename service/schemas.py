@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
+from pydantic import (AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
+                      StringConstraints, WithJsonSchema, model_validator)
 
-from densehybrid.encoder.choices import Role
+from densehybrid.encoder.choices import Direction, Role
+from densehybrid.encoder.prompts import PASSAGE_NAME, Prompts
 from densehybrid.index.fusion import FusionMethod
 from densehybrid.service.settings import Limits
 
@@ -27,20 +30,63 @@ Text = Annotated[str, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]"
 DocId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
 
-def _json_number(value):
+def json_number(value):
     # JSON's numbers only: 3.0 is an integer in JSON Schema, but true and "3" are not numbers
     if isinstance(value, (bool, str)):
         raise ValueError("must be a JSON number")
     return value
 
 
-JsonInt = Annotated[int, BeforeValidator(_json_number)]
-JsonFloat = Annotated[float, BeforeValidator(_json_number)]
-PositiveInt = Annotated[int, Ge(1), BeforeValidator(_json_number)]  # constraint first: it reaches the JSON schema
+JsonInt = Annotated[int, BeforeValidator(json_number)]
+JsonFloat = Annotated[float, BeforeValidator(json_number)]
+PositiveInt = Annotated[int, Ge(1), BeforeValidator(json_number)]  # constraint first: it reaches the JSON schema
 JsonBool = Annotated[bool, Strict()]
-Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
+Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 # index.fusion.FUSION_METHODS, spelled out for the schema
+
+
+# truncation and prompts: the same fields on every route that encodes
+TRUNCATE_HELP = ("cut a text over the role's max length (prompt and special tokens included) to it; false: such a "
+                 "text gets 413 naming its token count and the limit; default: the server's auto_truncate")
+DIRECTION_HELP = "which end truncation cuts: right keeps the first tokens, left the last ([CLS]/[SEP] stay in place)"
+PROMPT_NAME_HELP = ("a prompt of the index (GET /info lists them) to put before each text; default: the role's "
+                    "prompt. Passages only take the 'passage' prompt; an unknown name is 422")
+SEARCH_PROMPT_HELP = ("must be the index's query prompt name when given (searches always use it; any other is 422); "
+                      "GET /info lists the prompts")
+
+
+def prompt_name_type(names, what: str = "prompts"):
+    """``prompt_name``'s type for the served prompts: one of ``names`` or null (only null without any); the
+    schema lists the names a request may send, and the error names the one it sent."""
+    names = list(names)
+
+    def known(value):
+        if value is not None and value not in names:
+            listed = ", ".join(repr(n) for n in names) or "none"
+            raise PydanticCustomError("unknown_prompt", "{value} is not one of the {what} served here ({listed}); "
+                                      "GET /info lists them", {"value": repr(value), "what": what, "listed": listed})
+        return value
+
+    enum = {"anyOf": [{"type": "string", "enum": names}, {"type": "null"}]} if names else {"type": "null"}
+    return Annotated[str | None, AfterValidator(known), WithJsonSchema(enum)]
+
+
+def passage_prompt_rule(prompts: Prompts, role_field: str) -> dict:
+    """JSON Schema: when ``role_field`` is "passage", ``prompt_name`` may only name the passage prompt."""
+    if not prompts:
+        return {}
+    allowed = [PASSAGE_NAME] if PASSAGE_NAME in prompts.prompts else []
+    return {"if": {"properties": {role_field: {"const": "passage"}}, "required": [role_field]},
+            "then": {"properties": {"prompt_name": {"enum": [*allowed, None]}}}}
+
+
+def truncate_field():
+    return Field(None, description=TRUNCATE_HELP, examples=[True])
+
+
+def direction_field():
+    return Field("right", description=DIRECTION_HELP, examples=["left"])
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -84,16 +130,21 @@ class RequestModels:
     explain: type[BaseModel]
 
 
-def request_models(limits: Limits) -> RequestModels:
-    """The three request bodies with the given limits in their constraints."""
+def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModels:
+    """The three request bodies with the given limits in their constraints and the served prompts' names."""
     Texts = Annotated[list[Text], Field(min_length=1, max_length=limits.max_request_texts)]
+    PromptName = prompt_name_type(list(prompts.prompts))
+    SearchPromptName = prompt_name_type([prompts.query_name] if prompts.query_name else [], "query prompts")
 
     class SearchRequest(_Strict):
         """One ``query`` or a batch of ``queries`` (exactly one of the two)."""
 
         # exactly one of query/queries, stated in the schema too; neither accepts null
         model_config = ConfigDict(extra="forbid", title="SearchRequest", json_schema_extra={
-            "oneOf": [{"required": ["query"]}, {"required": ["queries"]}]})
+            "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+            "examples": [{"query": "what is a dense retriever", "k": 10},
+                         {"query": "a long question whose point comes last ...", "truncation_direction": "left"},
+                         {"queries": ["sort a list", "open a file"], "k": 3, "truncate": False}]})
         query: Text = Field(None, description="a single query; the response's `results` is a list of hits",
                             json_schema_extra=_no_default)
         queries: Texts = Field(None, description="a batch of queries; `results` is a list of hit lists",
@@ -112,6 +163,9 @@ def request_models(limits: Limits) -> RequestModels:
                               "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
+        prompt_name: SearchPromptName = Field(None, description=SEARCH_PROMPT_HELP)
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -120,16 +174,26 @@ def request_models(limits: Limits) -> RequestModels:
             return self
 
     class EncodeRequest(_Strict):
-        model_config = ConfigDict(extra="forbid", title="EncodeRequest")
-        texts: Texts = Field(description="texts to encode; over-long texts are truncated to the role's max length")
-        role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side and max "
-                                                "length; encode with 'passage' to get vectors as the index stores them")
+        model_config = ConfigDict(extra="forbid", title="EncodeRequest", json_schema_extra={"examples": [
+            {"texts": ["what is a dense retriever"], "role": "query"},
+            {"texts": ["a very long passage ..."], "role": "passage", "truncate": True, "truncation_direction": "left"},
+            {"texts": ["how do I sort a list"], "truncate": False}], **passage_prompt_rule(prompts, "role")})
+        texts: Texts = Field(description="texts to encode; over-long ones are cut to the role's max length unless "
+                                         "truncate is false")
+        role: Role = Field("query", description="'query' (the default) or 'passage': which encoder side, max "
+                                                "length and prompt; encode with 'passage' to get vectors as the index "
+                                                "stores them")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
+        prompt_name: PromptName = Field(None, description=PROMPT_NAME_HELP)
 
     class ExplainRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
         query: Text
         id: DocId = Field(description="document id in the index")
         lam: Lambda | None = Field(None, alias="lambda", description="weight of the query's dense part")
+        truncate: JsonBool | None = truncate_field()
+        truncation_direction: Direction = direction_field()
 
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
 

@@ -78,6 +78,14 @@ class ServiceSettings(BaseSettings):
     request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for encoding and search")
     search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
 
+    # inputs: truncation and prompts
+    auto_truncate: bool = Field(True, description="cut over-long texts to the role's max length when a request does "
+                                "not say (its `truncate` wins); off: such a text gets 413 naming its token count")
+    query_prompt: str | None = Field(None, description="put before every query (encode-only servers; with an index "
+                                     "it must equal the index's, which is always used)")
+    passage_prompt: str | None = Field(None, description="put before every passage (encode-only servers; with an "
+                                       "index it must equal the index's)")
+
     # request limits (422 above the value limits, 413 above the size limits)
     max_k: int = Field(1000, ge=1, description="largest k in /search")
     max_candidates: int = Field(10000, ge=1, le=10000, description="largest first-stage depth K1")

@@ -42,7 +42,8 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         index = _load_index(settings) if settings.index is not None else None
     if index is None and settings.model is None:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
-    if index is not None:  # before the model loads: a wrong search device fails fast
+    if index is not None:  # before the model loads: contradicting prompts and a wrong search device fail fast
+        check_prompts(settings, index.prompts)
         from densehybrid.index.searcher import SearchError, resolve_search_device
 
         try:
@@ -60,6 +61,15 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
             where = settings.index if settings.milvus_uri is None else f"{settings.milvus_uri}#{settings.collection}"
             raise StartupError(f"model {encoder.spec.model_id!r} does not match index {where}: {exc}") from exc
     return encoder, index
+
+
+def check_prompts(settings: ServiceSettings, recorded) -> None:
+    """Prompts given to the server must be the index's: its passages were encoded after them."""
+    for role, given in (("query", settings.query_prompt), ("passage", settings.passage_prompt)):
+        if given is not None and given != recorded.for_role(role):
+            raise StartupError(f"--{role}-prompt {given!r} contradicts the index, whose {role} prompt is "
+                               f"{recorded.for_role(role)!r} (recorded in its manifest); leave the flag out to use "
+                               "the index's, or rebuild the index with the new prompt")
 
 
 def _load_index(settings: ServiceSettings):
@@ -109,6 +119,8 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
 def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
                   metrics: ServiceMetrics | None = None) -> Runtime:
     """The parts that serve ``encoder`` (and ``index``, wrapped as a live index), not started yet."""
+    if index is not None:  # also here: tests and tools hand an index in without load_components
+        check_prompts(settings, index.prompts)
     metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
     served = _live(settings, index) if index is not None else None
     pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")

@@ -138,13 +138,19 @@ def test_tei_embed_and_timing_headers(client):
 
 def test_tei_truncate(client):
     long_text = " ".join(f"word{i}" for i in range(100))
-    r = client.post("/embed", json={"inputs": [TEXTS[0], long_text]})
-    assert r.status_code == 413 and "input 1" in r.json()["error"]["message"] and "32" in r.json()["error"]["message"]
-    r = client.post("/embed", json={"inputs": long_text, "truncate": True, "normalize": False})
-    assert r.status_code == 200
-    np.testing.assert_array_equal(np.array(r.json(), np.float32), np.array(encode(client, [long_text])["vectors"], np.float32))
+    r = client.post("/embed", json={"inputs": [TEXTS[0], long_text], "truncate": False})
+    message = r.json()["error"]["message"]
+    assert r.status_code == 413 and "input 1 has 102 tokens" in message and "limit of 32 tokens" in message
+    for truncate in ({"truncate": True}, {}):  # left out: the server's --auto-truncate, on by default as in TEI
+        r = client.post("/embed", json={"inputs": long_text, "normalize": False, **truncate})
+        assert r.status_code == 200
+        np.testing.assert_array_equal(np.array(r.json(), np.float32),
+                                      np.array(encode(client, [long_text])["vectors"], np.float32))
+    left = client.post("/embed", json={"inputs": long_text, "normalize": False, "truncation_direction": "Left"})
+    kept = " ".join(long_text.split()[-30:])  # the last 30 words, between [CLS] and [SEP]
+    np.testing.assert_array_equal(np.array(left.json(), np.float32), np.array(encode(client, [kept])["vectors"], np.float32))
     assert client.post("/embed", json={"inputs": ["x"] * (LIMIT + 1)}).status_code == 413
-    assert client.post("/embed", json={"inputs": "x", "truncation_direction": "Left"}).status_code == 422
+    assert client.post("/embed", json={"inputs": "x", "truncation_direction": "middle"}).status_code == 422
 
 
 def test_tei_embed_sparse_is_the_lexical_vector_behind_the_dlr(client):
@@ -196,6 +202,19 @@ def test_huggingface_hub_inference_client(server, client):
     np.testing.assert_allclose(np.asarray(got).reshape(1, -1), encode(client, TEXTS[1:2])["vectors"], rtol=1e-6)
     similarities = hub.sentence_similarity(QUERY, other_sentences=DOCS)
     np.testing.assert_allclose(similarities, expected_scores(client, QUERY, DOCS, lam=0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_huggingface_hub_truncation_options(server, client):
+    from huggingface_hub.errors import HfHubHTTPError
+
+    hub = InferenceClient(model=server.url)
+    long_text = " ".join(f"word{i}" for i in range(100))
+    got = hub.feature_extraction(long_text, normalize=False, truncate=True, truncation_direction="left")
+    left = client.post("/encode", json={"texts": [long_text], "truncation_direction": "left"}).json()["vectors"]
+    np.testing.assert_allclose(np.asarray(got).reshape(1, -1), left, rtol=1e-6)
+    with pytest.raises(HfHubHTTPError) as refused:
+        hub.feature_extraction(long_text, truncate=False)
+    assert refused.value.response.status_code == 413
 
 
 def test_tei_generic_route_accepts_parameters(client):

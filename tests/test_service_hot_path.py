@@ -25,13 +25,13 @@ class WhereTokenized(FakeEncoder):
         super().__init__(kind, **options)
         self.on_event_loop: list[bool] = []
 
-    def tokenize(self, texts, role):
+    def tokenize(self, texts, role, **options):
         try:
             asyncio.get_running_loop()
             self.on_event_loop.append(True)
         except RuntimeError:
             self.on_event_loop.append(False)
-        return super().tokenize(texts, role)
+        return super().tokenize(texts, role, **options)
 
 
 @pytest.fixture(scope="module")
