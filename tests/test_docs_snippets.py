@@ -8,7 +8,8 @@ The server is what ``densehybrid demo`` serves, with the weightless hash encoder
 real models (so the fast tier can run it): the same stdlib docstring corpus, a ``fusion`` index whose
 model id is the demo's, writes on. Snippets address ``localhost:8000`` as in the docs; the port is
 rewritten to the live one. ``curl`` fails on an HTTP error status here, so a snippet that gets a 4xx
-or 5xx fails its test.
+or 5xx fails its test, unless it shows a refusal on purpose: ``<!-- expect-status: 413 -->`` on the line
+before its fence, and then it must get exactly that status.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(bash|sh|console|python)\s*$")
 MARKER = re.compile(r"^<!--\s*not-runnable:(.*?)-->\s*$")
+EXPECTED_STATUS = re.compile(r"^<!--\s*expect-status:\s*([45]\d\d)\s*-->\s*$")
 DEMO_MODEL_ID = "splade-tiny"  # the demo's fusion index names its lexical model
 
 
@@ -35,6 +37,7 @@ class Snippet:
     language: str
     code: str
     not_runnable: str | None  # the marker's reason, "" for a marker without one
+    expected_status: int | None = None  # a snippet that shows a refusal: curl's HTTP error status
 
     @property
     def name(self) -> str:
@@ -56,8 +59,10 @@ def snippets_of(path: Path) -> list[Snippet]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
         marker = MARKER.match(lines[i - 1]) if i > 0 else None
+        expected = EXPECTED_STATUS.match(lines[i - 1]) if i > 0 else None
         found.append(Snippet(path, i + 1, opening.group(1), "\n".join(lines[i + 1:end]) + "\n",
-                             marker.group(1).strip() if marker else None))
+                             marker.group(1).strip() if marker else None,
+                             int(expected.group(1)) if expected else None))
         i = end + 1
     return found
 
@@ -131,6 +136,11 @@ def _run(snippet: Snippet, url: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=lambda s: s.name)
 def test_a_runnable_snippet_runs_against_the_demo_server(demo_server, snippet):
     result = _run(snippet, demo_server)
+    if snippet.expected_status is not None:  # curl --fail-with-body exits 22 on an HTTP error status
+        assert result.returncode == 22 and f"error: {snippet.expected_status}" in result.stderr, (
+            f"{snippet.name} should be refused with {snippet.expected_status}\n"
+            f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}")
+        return
     assert result.returncode == 0, (
         f"{snippet.name} failed (exit {result.returncode}); if it cannot run against the demo server, put "
         f"'<!-- not-runnable: reason -->' on the line before its fence.\n"
