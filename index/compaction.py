@@ -78,7 +78,7 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     spec = base.spec
     staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
                              pq=_pq_config(base.manifest["first_stage"]))
-    extra = {k: base.manifest[k] for k in ("lambda", "build", "prompts") if k in base.manifest}
+    extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
                          first_stage=base.manifest["first_stage"], extra={**extra, "writes": {"applied_seq": applied_seq}})
     _fsync_tree(staged)

@@ -62,6 +62,12 @@ def write_faiss(directory: Path, index: faiss.Index) -> None:
     faiss.write_index(index, str(directory / FIRST_STAGE))
 
 
+# the entries write_manifest computes itself; every other entry (lambda, build, fusion, prompts, ...) is the
+# builder's, and a rewrite of the same index (compaction) carries it over unchanged
+COMPUTED_MANIFEST_KEYS = frozenset({"format", "format_version", "name", "created", "count", "dim", "gated_dim",
+                                    "dtypes", "lam", "first_stage", "encoder", "files"})
+
+
 def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int, lam: float,
                    first_stage: dict, extra: dict | None = None) -> dict:
     """Checksum every other file in ``directory`` and write the manifest (last)."""
