@@ -99,9 +99,16 @@ def sort_by_score(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndar
     scores (Q, K) float32, rows (Q, K) int64 -> (Q, min(k, K)) each. Rows < 0 (padding) sort last
     with score -inf.
     """
+    scores, order = score_order(scores, rows, k)
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+
+def score_order(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The column order of :func:`sort_by_score` (Q, min(k, K)), for arrays that travel with the scores,
+    and the scores as it sorts them (padding at -inf, float32; (Q, K))."""
     scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
     order = np.lexsort((np.where(rows < 0, np.iinfo(np.int64).max, rows), -scores.astype(np.float64)), axis=-1)[:, :k]
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+    return scores, order
 
 
 def rerank(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -14,9 +14,10 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
 
 from densehybrid.encoder.choices import Role
-from densehybrid.index.fusion import FusionMethod
+from densehybrid.index.fusion import DEFAULT_RRF_K, FusionMethod
 from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
@@ -99,6 +100,13 @@ def request_models(limits: Limits) -> RequestModels:
         queries: Texts = Field(None, description="a batch of queries; `results` is a list of hit lists",
                                json_schema_extra=_no_default)
         k: JsonInt = Field(10, ge=1, le=limits.max_k, description="hits per query (fewer if the index is smaller)")
+        offset: JsonInt = Field(
+            0, ge=0, le=limits.max_k - 1, examples=[0, 10],
+            description=f"hits to skip before the first returned (pagination): the response holds hits offset+1 to "
+                        f"offset+k of one order (score descending, then index row ascending), and ranks count from "
+                        f"offset+1. offset + k must not exceed max_k ({limits.max_k}). Pages of one query agree "
+                        f"(offset 0, k 20 = offset 0, k 10 then offset 10, k 10) when they use the same "
+                        f"`candidates` and it is at least the deepest page's offset + k")
         first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
         candidates: JsonInt = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
         theta: JsonFloat = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
@@ -108,8 +116,14 @@ def request_models(limits: Limits) -> RequestModels:
         fusion: FusionMethod | None = Field(
             None, description="dhr/fusion: how the lexical and dense parts mix (zscore, minmax: normalised per query "
                               "over candidates taken from each part; adaptive: zscore with a per-query weight from "
-                              "each part's score distribution; lambda: raw sum; lexical, dense: one part alone); default: the "
-                              "index's, or lambda when `lambda` is given")
+                              "each part's score distribution; rrf: reciprocal-rank fusion, 1/(rrf_k + rank in the "
+                              "lexical part) + 1/(rrf_k + rank in the dense part) over the same candidates; lambda: raw "
+                              "sum; lexical, dense: one part alone); default: the index's, or lambda when `lambda` is "
+                              "given", examples=["rrf", "zscore"])
+        rrf_k: JsonInt | None = Field(
+            None, ge=0, le=1_000_000, examples=[DEFAULT_RRF_K],
+            description=f"the constant k of fusion=rrf (larger: the parts' lower ranks count more); default: the "
+                        f"index's ({DEFAULT_RRF_K} unless it records another)")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
 
@@ -117,6 +131,14 @@ def request_models(limits: Limits) -> RequestModels:
         def _one_of_query_or_queries(self):
             if (self.query is None) == (self.queries is None):
                 raise ValueError("give exactly one of 'query' or 'queries'")
+            return self
+
+        @model_validator(mode="after")
+        def _page_within_max_k(self):
+            # the one bound of a page JSON Schema cannot state: a sum of two fields
+            if self.offset + self.k > limits.max_k:
+                raise PydanticCustomError("page_over_max_k", "offset + k = {total} exceeds max_k = {max_k}; lower "
+                                          "offset or k", {"total": self.offset + self.k, "max_k": limits.max_k})
             return self
 
     class EncodeRequest(_Strict):

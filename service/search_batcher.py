@@ -40,6 +40,8 @@ class SearchParams:
     rerank: bool
     lam: float | None
     method: str | None = None
+    offset: int = 0
+    rrf_k: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class SearchOutcome:
     search_ms: float
     rerank_ms: float
     group_queries: int
+    lexical_scores: list[list[float]] | None = None  # per hit, for kinds with a lexical and a dense part
+    dense_scores: list[list[float]] | None = None
 
 
 # (first stage, queries in the call, first-stage seconds, rerank seconds or None): once per coalesced call
@@ -156,13 +160,15 @@ class SearchBatcher:
     def _search_group(self, params: SearchParams, jobs: list[_Search]) -> None:
         found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
                                      first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
-                                     rerank=params.rerank, lam=params.lam, method=params.method)
+                                     rerank=params.rerank, lam=params.lam, method=params.method,
+                                     offset=params.offset, rrf_k=params.rrf_k)
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
         offset = 0
         for job in jobs:
             rows = slice(offset, offset + len(job.queries))
+            parts = [None if p is None else p[rows] for p in (found.lexical_scores, found.dense_scores)]
             _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
-                                        total))
+                                        total, *parts))
             offset += len(job.queries)
