@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index import fusion, gip
+from densehybrid.index import gip
 from densehybrid.index.documents import Document
 from densehybrid.index.fusion import PER_QUERY_METHODS
 from densehybrid.index.searcher import MAX_CANDIDATES, Searcher, resolve_method
@@ -146,13 +146,6 @@ def live_ids(base: StoredIndex, delta: Delta, rows: Sequence[int]) -> list[str]:
     return [next(base_ids) if r < base.count else delta.docs[r - base.count].id for r in rows]
 
 
-def _delta_parts(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None,
-                 rows: np.ndarray) -> list[np.ndarray]:
-    """Exact (lexical, dense) scores (Q, m) of delta ``rows``, from the float16 values the base's are read from."""
-    return [gip.score_rows(part, gq, delta.values16, delta.gates, np.ascontiguousarray(rows))
-            for part in fusion.split_query(xq, searcher.spec.gated_dim)]
-
-
 def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int, offset: int = 0,
                   first_stage: str = "ip", candidates: int = 1000, theta: float = 0.1, rerank: bool = True,
                   lam: float | None = None, method: str | None = None,
@@ -179,14 +172,11 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)
     with_parts = found.lexical_scores is not None
-    extra_parts = [extra_scores, extra_scores]
+    xq = searcher.scale(queries.values, lam)
+    gq = queries.gates if searcher.reranks else None
     if len(delta):
-        xq = searcher.scale(queries.values, lam)
-        gq = queries.gates if searcher.reranks else None
         extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, first_stage, candidates, theta,
                                                rerank and searcher.reranks)
-        if with_parts:
-            extra_parts = _delta_parts(searcher, delta, xq, gq, extra_rows)
     ids, scores, rows, lexical, dense = [], [], [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
@@ -197,11 +187,14 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
         rows.append([int(r) for r in q_rows[page]])
         scores.append([float(s) for s in q_scores[0, page]])
         ids.append(live_ids(base, delta, rows[-1]))
-        if with_parts:
-            for out, base_part, extra_part in ((lexical, found.lexical_scores, extra_parts[0]),
-                                               (dense, found.dense_scores, extra_parts[1])):
-                merged = np.array([base_part[q][i] for i in keep] + list(extra_part[q]), dtype=np.float32)
-                out.append([float(s) for s in merged[page]])
+        if with_parts:  # base hits as the base reported them; added rows from the delta's float16 copy
+            base_parts = {r: (found.lexical_scores[q][i], found.dense_scores[q][i]) for i, r in enumerate(found.rows[q])}
+            added = np.array([[r - base.count if r >= base.count else -1 for r in rows[-1]]], dtype=np.int64)
+            added_parts = gip.hit_part_scores(xq[q:q + 1], None if gq is None else gq[q:q + 1], delta.values16,
+                                              delta.gates, added)
+            for out, part in ((lexical, 0), (dense, 1)):
+                out.append([float(added_parts[part][0, j]) if r >= base.count else base_parts[r][part]
+                            for j, r in enumerate(rows[-1])])
     timing = dict(found.timing)
     timing["search_ms"] = timing.get("search_ms", 0.0) + (time.perf_counter() - started) * 1000
     return SearchResults(ids, scores, rows, timing, *((lexical, dense) if with_parts else (None, None)))

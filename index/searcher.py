@@ -196,21 +196,13 @@ class Searcher:
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
-                      dense_weight: float, rrf_k: float) -> tuple[np.ndarray, ...]:
+                      dense_weight: float, rrf_k: float) -> tuple[np.ndarray, np.ndarray]:
         """Exact part scores of the candidates (in the store), normalised (or ranked) per query over them
-        and mixed; top ``k`` -> (fused scores, rows, lexical scores, dense scores)."""
+        and mixed; top ``k``."""
         valid = rows >= 0
         lexical, dense = self.store.part_scores(xq, gq, rows)
         fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, rrf_k=rrf_k, valid=valid)
-        fused, order = gip.score_order(fused, np.where(valid, rows, -1), k)
-        return tuple(np.take_along_axis(a, order, 1) for a in (fused, np.where(valid, rows, -1), lexical, dense))
-
-    def _page_parts(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact (lexical, dense) scores of the hits ``rows`` (Q, k) of a kind with both parts."""
-        if not rows.size:
-            empty = np.zeros(rows.shape, dtype=np.float32)
-            return empty, empty
-        return self.store.part_scores(xq, gq, rows)
+        return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
 
     @property
     def has_parts(self) -> bool:
@@ -260,16 +252,14 @@ class Searcher:
             scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta)
         search_ms = _ms(start)
         start = time.perf_counter()
-        parts = None
         if fused:
-            scores, rows, *parts = self._fused_rerank(xq, gq, rows, ranked, method, dense_weight, rrf_k)
+            scores, rows = self._fused_rerank(xq, gq, rows, ranked, method, dense_weight, rrf_k)
         elif second:
             scores, rows = self.store.rerank(xq, gq, rows, ranked)
         page = slice(offset, offset + k)
         scores, rows = scores[:, page], rows[:, page]
-        if self.has_parts:
-            # the hits' part scores from the whole query (a one-part method searched with the other zeroed)
-            parts = [p[:, page] for p in parts] if parts is not None else self._page_parts(scaled, gq, rows)
+        # each hit's part scores, of the whole query (a one-part method searched with the other part zeroed)
+        parts = list(self.store.hit_parts(scaled, gq, rows)) if self.has_parts else None
         rerank_ms = _ms(start)
         timing = {"search_ms": search_ms + (0.0 if second else rerank_ms), "rerank_ms": rerank_ms if second else 0.0}
         return self._results(scores, rows, timing, parts)
