@@ -40,6 +40,7 @@ JsonFloat = Annotated[float, BeforeValidator(_json_number)]
 PositiveInt = Annotated[int, Ge(1), BeforeValidator(_json_number)]  # constraint first: it reaches the JSON schema
 JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
+RrfK = Annotated[int, Ge(0), Le(1_000_000), BeforeValidator(_json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 # index.fusion.FUSION_METHODS, spelled out for the schema
 
@@ -120,8 +121,8 @@ def request_models(limits: Limits) -> RequestModels:
                               "lexical part) + 1/(rrf_k + rank in the dense part) over the same candidates; lambda: raw "
                               "sum; lexical, dense: one part alone); default: the index's, or lambda when `lambda` is "
                               "given", examples=["rrf", "zscore"])
-        rrf_k: JsonInt | None = Field(
-            None, ge=0, le=1_000_000, examples=[DEFAULT_RRF_K],
+        rrf_k: RrfK | None = Field(
+            None, examples=[DEFAULT_RRF_K],
             description=f"the constant k of fusion=rrf (larger: the parts' lower ranks count more); default: the "
                         f"index's ({DEFAULT_RRF_K} unless it records another)")
         return_text: JsonBool = Field(False, description="include each hit's title and text")

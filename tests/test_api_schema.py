@@ -30,7 +30,7 @@ def over_the_page_limit(body) -> bool:
     if not isinstance(body, dict):
         return False
     offset, k = body.get("offset", 0), body.get("k", 10)
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in (offset, k)) and offset + k > MAX_K
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (offset, k)) and offset + k > MAX_K
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,7 @@ def test_the_openapi_document_describes_offset_rrf_and_the_part_scores(fusion_se
     assert request["offset"]["maximum"] == MAX_K - 1 and request["offset"]["minimum"] == 0
     assert f"offset + k must not exceed max_k ({MAX_K})" in request["offset"]["description"]
     assert request["offset"]["examples"] and request["rrf_k"]["examples"] == [60]
+    assert request["rrf_k"]["anyOf"][0]["minimum"] == 0 and request["rrf_k"]["anyOf"][0]["maximum"] == 1_000_000
     assert "rrf" in request["fusion"]["anyOf"][0]["enum"] and "rrf_k" in request["fusion"]["description"]
     for name in ("lexical_score", "dense_score", "fused_score"):
         assert "dhr/fusion" in hit[name]["description"] and hit[name]["examples"]

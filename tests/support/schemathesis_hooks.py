@@ -15,7 +15,7 @@ def _over_the_page_limit(body) -> bool:
     if not isinstance(body, dict):
         return False
     offset, k = body.get("offset", 0), body.get("k", 10)
-    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (offset, k))
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (offset, k))
     return numbers and offset + k > MAX_K
 
 
