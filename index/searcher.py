@@ -6,10 +6,11 @@ or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
 for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
 separately, normalised over the candidates and mixed; their candidates come from each part's own
 first stage), and returns ids, scores, rows and per-stage times. Ties are
-ordered by row number, so equal inputs give equal outputs on every run. ``offset`` skips the first hits
-of that order (pagination): a page is a slice of the top ``offset + k``, found with at least that many
-candidates. For ``dhr``/``fusion`` each hit also carries its exact lexical and dense part scores. Every stage runs in the index's
-:class:`~densehybrid.index.vector_store.VectorStore`, chosen once when the searcher is built.
+ordered by row number, so equal inputs give equal outputs on every run. ``offset`` skips the first
+hits of that order (pagination): a page is a slice of the top ``offset + k``, found with at least
+that many candidates. For ``dhr``/``fusion`` each hit also carries its exact lexical and dense part
+scores. Every stage runs in the index's :class:`~densehybrid.index.vector_store.VectorStore`, chosen
+once when the searcher is built.
 """
 
 from __future__ import annotations
