@@ -70,7 +70,7 @@ def _build_prompts(query: str | None, passage: str | None, named: list[str] | No
 
 _FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (zscore, minmax: per-query normalised; "
                 "adaptive: zscore with a per-query weight from each part's score distribution; "
-                "lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
+                "rrf: reciprocal-rank fusion with k 60; lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
 
 
 @index_app.command("build")
@@ -212,7 +212,7 @@ def eval_command(
     fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
     compare_fusion: bool = typer.Option(False, "--compare-fusion",
                                         help="dhr/fusion: one row per fusion method (each part alone, lambda, zscore, "
-                                             "minmax, adaptive) on the same encoded queries"),
+                                             "minmax, adaptive, rrf) on the same encoded queries"),
     encoder: EncoderOptions = None,
 ) -> None:
     """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries.

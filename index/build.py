@@ -125,7 +125,7 @@ def fusion_record(spec: EncoderSpec, method: str) -> dict:
         return {}
     if method not in fusion.FUSION_METHODS:
         raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(fusion.FUSION_METHODS)}")
-    return {"fusion": {"method": method, "dense_weight": fusion.DEFAULT_DENSE_WEIGHT}}
+    return {"fusion": {"method": method, "dense_weight": fusion.DEFAULT_DENSE_WEIGHT, "rrf_k": fusion.DEFAULT_RRF_K}}
 
 
 def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions(), *,

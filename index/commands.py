@@ -111,7 +111,7 @@ def eval_rows(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encode
     return rows
 
 
-COMPARED_METHODS = ("lexical", "dense", "lambda", "zscore", "minmax", "adaptive")
+COMPARED_METHODS = ("lexical", "dense", "lambda", "zscore", "minmax", "adaptive", "rrf")
 
 
 def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder,

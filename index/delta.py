@@ -20,7 +20,7 @@ import numpy as np
 from densehybrid.encoder.base import Encoded
 from densehybrid.index import gip
 from densehybrid.index.documents import Document
-from densehybrid.index.fusion import NORMALISED_METHODS
+from densehybrid.index.fusion import PER_QUERY_METHODS
 from densehybrid.index.searcher import MAX_CANDIDATES, Searcher, resolve_method
 from densehybrid.index.served import SearchResults, StoredIndex
 from densehybrid.index.wal import Change
@@ -146,42 +146,55 @@ def live_ids(base: StoredIndex, delta: Delta, rows: Sequence[int]) -> list[str]:
     return [next(base_ids) if r < base.count else delta.docs[r - base.count].id for r in rows]
 
 
-def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int, first_stage: str = "ip",
-                  candidates: int = 1000, theta: float = 0.1, rerank: bool = True,
+def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int, offset: int = 0,
+                  first_stage: str = "ip", candidates: int = 1000, theta: float = 0.1, rerank: bool = True,
                   lam: float | None = None, method: str | None = None,
-                  dense_weight: float | None = None) -> SearchResults:
-    """Top ``k`` of the base (hidden rows dropped) and the delta together, same scoring as the base.
+                  dense_weight: float | None = None, rrf_k: float | None = None) -> SearchResults:
+    """Hits ``offset`` to ``offset + k`` of the base (hidden rows dropped) and the delta together, same
+    scoring as the base; equal scores in row order (base rows first, then the delta's).
 
-    A per-query normalised fusion (``zscore``, ``minmax``) scores each hit relative to the base's
-    candidates alone, so it cannot rank delta rows beside them: while changes are pending (until the
-    next compaction) a fused index ranks by the raw λ sum, the scoring delta rows share with the base.
+    A per-query fusion (``zscore``, ``minmax``, ``adaptive``, ``rrf``) scores each hit relative to the
+    base's candidates alone, so it cannot rank delta rows beside them: while changes are pending (until
+    the next compaction) a fused index ranks by the raw λ sum, the scoring delta rows share with the base.
     """
     if delta.empty:
-        return searcher.search(queries, k=k, first_stage=first_stage, candidates=candidates, theta=theta,
-                               rerank=rerank, lam=lam, method=method, dense_weight=dense_weight)
-    if resolve_method(searcher.index, method, lam) in NORMALISED_METHODS:
+        return searcher.search(queries, k=k, offset=offset, first_stage=first_stage, candidates=candidates,
+                               theta=theta, rerank=rerank, lam=lam, method=method, dense_weight=dense_weight,
+                               rrf_k=rrf_k)
+    if resolve_method(searcher.index, method, lam) in PER_QUERY_METHODS:
         lam = searcher.index.lam if lam is None else lam
     hidden = len(delta.hidden)
     base = searcher.index
-    found = searcher.search(queries, k=min(k + hidden, max(base.count, 1)), first_stage=first_stage,
+    ranked = offset + k  # the merged hits a page is cut from
+    found = searcher.search(queries, k=min(ranked + hidden, max(base.count, 1)), first_stage=first_stage,
                             candidates=min(candidates + hidden, MAX_CANDIDATES), theta=theta, rerank=rerank, lam=lam)
     started = time.perf_counter()
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)
+    with_parts = found.lexical_scores is not None
+    xq = searcher.scale(queries.values, lam)
+    gq = queries.gates if searcher.reranks else None
     if len(delta):
-        xq = searcher.scale(queries.values, lam)
-        gq = queries.gates if searcher.reranks else None
         extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, first_stage, candidates, theta,
                                                rerank and searcher.reranks)
-    ids, scores, rows = [], [], []
+    ids, scores, rows, lexical, dense = [], [], [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
         q_rows = np.array([found.rows[q][i] for i in keep] + list(extra_rows[q] + base.count), dtype=np.int64)
         q_scores = np.array([found.scores[q][i] for i in keep] + list(extra_scores[q]), dtype=np.float32)
-        top_scores, top_rows = gip.sort_by_score(q_scores[None], q_rows[None], k)
-        rows.append([int(r) for r in top_rows[0]])
-        scores.append([float(s) for s in top_scores[0]])
+        q_scores, order = gip.score_order(q_scores[None], q_rows[None], ranked)
+        page = order[0, offset:]
+        rows.append([int(r) for r in q_rows[page]])
+        scores.append([float(s) for s in q_scores[0, page]])
         ids.append(live_ids(base, delta, rows[-1]))
+        if with_parts:  # base hits as the base reported them; added rows from the delta's float16 copy
+            base_parts = {r: (found.lexical_scores[q][i], found.dense_scores[q][i]) for i, r in enumerate(found.rows[q])}
+            added = np.array([[r - base.count if r >= base.count else -1 for r in rows[-1]]], dtype=np.int64)
+            added_parts = gip.hit_part_scores(xq[q:q + 1], None if gq is None else gq[q:q + 1], delta.values16,
+                                              delta.gates, added)
+            for out, part in ((lexical, 0), (dense, 1)):
+                out.append([float(added_parts[part][0, j]) if r >= base.count else base_parts[r][part]
+                            for j, r in enumerate(rows[-1])])
     timing = dict(found.timing)
     timing["search_ms"] = timing.get("search_ms", 0.0) + (time.perf_counter() - started) * 1000
-    return SearchResults(ids, scores, rows, timing)
+    return SearchResults(ids, scores, rows, timing, *((lexical, dense) if with_parts else (None, None)))

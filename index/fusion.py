@@ -16,6 +16,12 @@ by one part alone (for comparisons); ``lambda`` is the raw sum.
 ``adaptive`` is ``zscore`` with the dense weight chosen per query, from the scores alone
 (no labels): a part whose best candidates stand clear of the rest of its head is trusted
 more than one whose head is flat (:func:`head_confidence`, :func:`adaptive_weight`).
+
+``rrf`` (reciprocal-rank fusion) uses only each part's order over the same candidates:
+``1 / (k_rrf + rank_lexical) + 1 / (k_rrf + rank_dense)``, ``k_rrf`` 60 by default. Equal scores
+share a rank (the best of their positions, :func:`part_ranks`), so a part that cannot tell its
+candidates apart (a lexical part with no term in the query) adds the same to each of them and the
+other part decides alone.
 """
 
 from __future__ import annotations
@@ -24,12 +30,15 @@ from typing import Literal, get_args
 
 import numpy as np
 
-FusionMethod = Literal["lambda", "zscore", "minmax", "adaptive", "lexical", "dense"]
+FusionMethod = Literal["lambda", "zscore", "minmax", "adaptive", "rrf", "lexical", "dense"]
 FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
-# methods that mix both parts' exact scores over candidates taken from each part
+# methods that normalise both parts' exact scores over candidates taken from each part
 NORMALISED_METHODS: tuple[str, ...] = ("zscore", "minmax", "adaptive")
+# methods whose score of a row depends on the query's other candidates (taken from each part)
+PER_QUERY_METHODS: tuple[str, ...] = NORMALISED_METHODS + ("rrf",)
 DEFAULT_METHOD = "zscore"
 DEFAULT_DENSE_WEIGHT = 0.5
+DEFAULT_RRF_K = 60  # as in Cormack, Clarke and Büttcher (2009), and the default of OpenSearch and Elasticsearch
 # head_confidence: the top ``HEAD_TOP`` against the top ``HEAD_DEPTH`` of a part's candidates
 HEAD_TOP = 10
 HEAD_DEPTH = 100
@@ -97,15 +106,49 @@ def adaptive_weight(lexical: np.ndarray, dense: np.ndarray, valid: np.ndarray | 
     return np.where(den > 0, num / np.where(den > 0, den, 1.0), prior)
 
 
+def part_ranks(scores: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Per row (query) of ``scores`` (Q, K): each cell's rank among the row's ``valid`` cells, 1 = best.
+
+    Equal scores share the best rank of their group (1, 2, 2, 4: "competition" ranking), so the
+    rank never depends on the order the candidates arrive in. Invalid cells get rank 0. -> (Q, K) int64.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    valid = np.ones(scores.shape, dtype=bool) if valid is None else valid
+    ascending = np.sort(np.where(valid, scores, -np.inf), axis=1)
+    ranks = np.zeros(scores.shape, dtype=np.int64)
+    for q in range(len(scores)):
+        # 1 + how many valid cells score strictly more (padding, at -inf, never does)
+        above = scores.shape[1] - np.searchsorted(ascending[q], scores[q], side="right")
+        ranks[q] = np.where(valid[q], 1 + above, 0)
+    return ranks
+
+
+def reciprocal_rank(lexical: np.ndarray, dense: np.ndarray, valid: np.ndarray | None = None,
+                    rrf_k: float = DEFAULT_RRF_K) -> np.ndarray:
+    """``1 / (rrf_k + rank_lexical) + 1 / (rrf_k + rank_dense)`` per cell, ranks by :func:`part_ranks`
+    over the same (Q, K) candidates. -> (Q, K) float64 (invalid cells 0)."""
+    if not (np.isfinite(rrf_k) and rrf_k >= 0):
+        raise ValueError(f"rrf k must be a finite number >= 0, got {rrf_k}")
+    valid = np.ones(np.shape(lexical), dtype=bool) if valid is None else valid
+    total = np.zeros(np.shape(lexical), dtype=np.float64)
+    for part in (lexical, dense):
+        total += 1.0 / (rrf_k + np.maximum(part_ranks(part, valid), 1))
+    return np.where(valid, total, 0.0)
+
+
 def fuse(lexical: np.ndarray, dense: np.ndarray, method: str, *, lam: float = 1.0,
-         dense_weight: float = DEFAULT_DENSE_WEIGHT, valid: np.ndarray | None = None) -> np.ndarray:
+         dense_weight: float = DEFAULT_DENSE_WEIGHT, rrf_k: float = DEFAULT_RRF_K,
+         valid: np.ndarray | None = None) -> np.ndarray:
     """Fused scores (Q, K) float32 of the two parts' raw scores (Q, K) over the same candidates.
 
     ``lam`` is used by ``lambda`` only (lexical + λ·dense); ``dense_weight`` in [0, 1] by the
-    normalised methods (for ``adaptive`` the prior of the per-query weight). ``valid`` (Q, K)
-    marks real candidates (padding is excluded from the normalisation statistics and scores -inf).
+    normalised methods (for ``adaptive`` the prior of the per-query weight); ``rrf_k`` by ``rrf``.
+    ``valid`` (Q, K) marks real candidates (padding is excluded from the normalisation statistics
+    and the ranks, and scores -inf).
     """
-    if method == "lambda":
+    if method == "rrf":
+        fused = reciprocal_rank(lexical, dense, valid, rrf_k)
+    elif method == "lambda":
         fused = np.asarray(lexical, dtype=np.float64) + lam * np.asarray(dense, dtype=np.float64)
     elif method == "lexical":
         fused = np.asarray(lexical, dtype=np.float64)

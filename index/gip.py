@@ -99,9 +99,16 @@ def sort_by_score(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndar
     scores (Q, K) float32, rows (Q, K) int64 -> (Q, min(k, K)) each. Rows < 0 (padding) sort last
     with score -inf.
     """
+    scores, order = score_order(scores, rows, k)
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+
+def score_order(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The column order of :func:`sort_by_score` (Q, min(k, K)), for arrays that travel with the scores,
+    and the scores as it sorts them (padding at -inf, float32; (Q, K))."""
     scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
     order = np.lexsort((np.where(rows < 0, np.iinfo(np.int64).max, rows), -scores.astype(np.float64)), axis=-1)[:, :k]
-    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+    return scores, order
 
 
 def rerank(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -161,3 +168,32 @@ def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates
             top = torch.topk(merged, min(merged.shape[1], k), dim=1, sorted=False)
             best_scores, best_rows = top.values, torch.gather(merged_rows, 1, top.indices)
     return sort_by_score(best_scores.numpy(), best_rows.numpy(), k)
+
+
+def hit_part_scores(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None,
+                    rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's hit ``rows`` (Q, K) (-1 = none, scored 0) -> their (gated part, open part) scores,
+    (Q, K) float32 each, summed in float64.
+
+    Every hit is summed on its own, in one fixed order, so a row's scores are the same whichever rows
+    are asked with it (a BLAS product of a block of rows can differ in the last bit with the block's
+    size): a page of hits reports exactly what the longer page holding it reports.
+    """
+    gated_dim = 0 if gates is None else gates.shape[1]
+    lexical = np.zeros(rows.shape, dtype=np.float32)
+    dense = np.zeros(rows.shape, dtype=np.float32)
+    for q in range(rows.shape[0]):
+        keep = rows[q] >= 0
+        if not keep.any():
+            continue
+        hit_rows = rows[q][keep]
+        x = np.asarray(xq[q], dtype=np.float64)
+        dims = np.flatnonzero(x[:gated_dim])
+        if dims.size:
+            weights = np.asarray(values[hit_rows[:, None], dims], dtype=np.float64)
+            weights *= np.asarray(gates[hit_rows[:, None], dims]) == np.asarray(gq[q])[dims]
+            lexical[q, keep] = np.einsum("md,d->m", weights, x[dims])
+        open_part = np.asarray(values[hit_rows, gated_dim:], dtype=np.float64)
+        dense[q, keep] = np.einsum("md,d->m", open_part, x[gated_dim:])
+    return lexical, dense
+

@@ -6,8 +6,11 @@ or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
 for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
 separately, normalised over the candidates and mixed; their candidates come from each part's own
 first stage), and returns ids, scores, rows and per-stage times. Ties are
-ordered by row number, so equal inputs give equal outputs on every run. Every stage runs in the index's
-:class:`~densehybrid.index.vector_store.VectorStore`, chosen once when the searcher is built.
+ordered by row number, so equal inputs give equal outputs on every run. ``offset`` skips the first
+hits of that order (pagination): a page is a slice of the top ``offset + k``, found with at least
+that many candidates. For ``dhr``/``fusion`` each hit also carries its exact lexical and dense part
+scores. Every stage runs in the index's :class:`~densehybrid.index.vector_store.VectorStore`, chosen
+once when the searcher is built.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 FirstStage = Literal["ip", "approx_gip"]
 FIRST_STAGES: tuple[str, ...] = ("ip", "approx_gip")
 MAX_CANDIDATES = 10_000
+# a run of equal first-stage scores across the cut is read in full up to this depth (see _ranked_first_stage)
+MAX_TIE_DEPTH = MAX_CANDIDATES
 
 
 def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
@@ -92,6 +97,11 @@ def _above_the_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> np.ndarr
     return np.where(keep, rows[:, :depth], -1)
 
 
+def _tied_at_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> bool:
+    """Whether some query's sorted top list (Q, > depth) has the row after the cut tied with the last one kept."""
+    return bool(((rows[:, depth] >= 0) & (scores[:, depth] == scores[:, depth - 1])).any())
+
+
 class Searcher:
     """Searches one stored index (a local directory, ``index.local.IndexFiles``, or a Milvus collection,
     ``index.milvus.MilvusIndex``) through the :class:`VectorStore` the index hands it.
@@ -123,9 +133,11 @@ class Searcher:
             raise SearchError(f"lambda must be a finite number, got {lam}")
         return gip.scale_queries(values, self.spec.gated_dim, lam)
 
-    def _check(self, queries: Encoded, k: int, first_stage: str, candidates: int) -> None:
+    def _check(self, queries: Encoded, k: int, first_stage: str, candidates: int, offset: int = 0) -> None:
         if k < 1:
             raise SearchError(f"k must be >= 1, got {k}")
+        if offset < 0:
+            raise SearchError(f"offset must be >= 0, got {offset}")
         if first_stage not in FIRST_STAGES:
             raise SearchError(f"unknown first stage {first_stage!r}; use one of {', '.join(FIRST_STAGES)}")
         if not 1 <= candidates <= MAX_CANDIDATES:
@@ -139,6 +151,25 @@ class Searcher:
         if first_stage == "approx_gip":
             return self.store.approx_gip(xq, gq, theta, depth)
         return self.store.inner_product(xq, depth)
+
+    def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
+                            theta: float) -> tuple[np.ndarray, np.ndarray]:
+        """The first stage's top ``depth`` in the one order of every engine: score, then row.
+
+        Which rows of a run of equal scores make the cut is each engine's choice (Faiss, torch and
+        Milvus differ, and so does one engine asked for different depths), which would show when the
+        first stage is the ranking: a page of ``offset + k`` would not continue the page before it.
+        One row past the cut shows whether the cut runs through such a run; then the run is read
+        whole (up to ``MAX_TIE_DEPTH`` rows) and the lowest rows of it are kept.
+        """
+        n = self.index.count
+        probe = min(n, depth + 1)
+        scores, rows = self._first_stage(xq, gq, first_stage, probe, theta)
+        if probe > depth and _tied_at_cut(scores, rows, depth):
+            wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
+            if wider > probe:
+                scores, rows = self._first_stage(xq, gq, first_stage, wider, theta)
+        return scores[:, :depth], rows[:, :depth]
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
         return resolve_method(self.index, method, lam)
@@ -166,57 +197,84 @@ class Searcher:
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
-                      dense_weight: float) -> tuple[np.ndarray, np.ndarray]:
-        """Exact part scores of the candidates (in the store), normalised per query over them and mixed; top ``k``."""
+                      dense_weight: float, rrf_k: float) -> tuple[np.ndarray, np.ndarray]:
+        """Exact part scores of the candidates (in the store), normalised (or ranked) per query over them
+        and mixed; top ``k``."""
         valid = rows >= 0
         lexical, dense = self.store.part_scores(xq, gq, rows)
-        fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, valid=valid)
+        fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, rrf_k=rrf_k, valid=valid)
         return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
 
-    def search(self, queries: Encoded, *, k: int = 10, first_stage: FirstStage = "ip", candidates: int = 1000,
-               theta: float = 0.1, rerank: bool = True, lam: float | None = None, method: str | None = None,
-               dense_weight: float | None = None) -> SearchResults:
-        """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking.
+    @property
+    def has_parts(self) -> bool:
+        """Whether the index's rows have a lexical and a dense part whose scores each hit reports."""
+        return self.spec.kind in SCALED_KINDS
+
+    def search(self, queries: Encoded, *, k: int = 10, offset: int = 0, first_stage: FirstStage = "ip",
+               candidates: int = 1000, theta: float = 0.1, rerank: bool = True, lam: float | None = None,
+               method: str | None = None, dense_weight: float | None = None,
+               rrf_k: float | None = None) -> SearchResults:
+        """Hits ``offset`` to ``offset + k`` per query (a page of the score-then-row order). ``candidates``
+        (K1) is the first-stage depth when reranking, raised to ``offset + k``.
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
-        (see ``fusion_method``); the normalised ones (``fusion.NORMALISED_METHODS``) take the union of
-        each part's own top ``candidates`` (so up to twice as many rows) and normalise each part over
-        it, so they need the rerank.
+        (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
+        and ``rrf``, with ``rrf_k``, default the index's) take the union of each part's own top
+        ``candidates`` (so up to twice as many rows) and score each part over it, so they need the rerank.
         """
-        self._check(queries, k, first_stage, candidates)
+        self._check(queries, k, first_stage, candidates, offset)
         method = self.fusion_method(method, lam)
         dense_weight = self.index.dense_weight if dense_weight is None else dense_weight
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
+        rrf_k = self.index.rrf_k if rrf_k is None else rrf_k
+        if not (np.isfinite(rrf_k) and rrf_k >= 0):
+            raise SearchError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
         n = self.index.count
-        if len(queries) == 0 or n == 0:
-            empty = [[] for _ in range(len(queries))]
-            return SearchResults(empty, [list(e) for e in empty], [list(e) for e in empty], {"search_ms": 0.0, "rerank_ms": 0.0})
-        xq = self._part_query(self.scale(queries.values, lam), method)
+        if len(queries) == 0 or n <= offset:
+            def empty() -> list[list]:
+                return [[] for _ in range(len(queries))]
+
+            parts = (empty(), empty()) if self.has_parts else (None, None)
+            return SearchResults(empty(), empty(), empty(), {"search_ms": 0.0, "rerank_ms": 0.0}, *parts)
+        scaled = self.scale(queries.values, lam)
+        xq = self._part_query(scaled, method)
         gq = queries.gates if self.reranks else None
         second = rerank and self.reranks
-        depth = min(n, max(k, candidates) if second else k)
-        fused = second and method in fusion.NORMALISED_METHODS
+        ranked = min(n, offset + k)  # the hits a page is cut from
+        depth = min(n, max(ranked, candidates) if second else ranked)
+        fused = second and method in fusion.PER_QUERY_METHODS
         start = time.perf_counter()
         if fused:
             rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta)
-        else:
+        elif second:
             scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
+        else:
+            scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta)
         search_ms = _ms(start)
         start = time.perf_counter()
         if fused:
-            scores, rows = self._fused_rerank(xq, gq, rows, k, method, dense_weight)
+            scores, rows = self._fused_rerank(xq, gq, rows, ranked, method, dense_weight, rrf_k)
         elif second:
-            scores, rows = self.store.rerank(xq, gq, rows, k)
-        rerank_ms = _ms(start) if second else 0.0
-        return self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})
+            scores, rows = self.store.rerank(xq, gq, rows, ranked)
+        page = slice(offset, offset + k)
+        scores, rows = scores[:, page], rows[:, page]
+        # each hit's part scores, of the whole query (a one-part method searched with the other part zeroed)
+        parts = list(self.store.hit_parts(scaled, gq, rows)) if self.has_parts else None
+        rerank_ms = _ms(start)
+        timing = {"search_ms": search_ms + (0.0 if second else rerank_ms), "rerank_ms": rerank_ms if second else 0.0}
+        return self._results(scores, rows, timing, parts)
 
-    def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float]) -> SearchResults:
-        out_scores, out_rows = [], []
-        for q_scores, q_rows in zip(scores, rows):
+    def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float],
+                 parts: list[np.ndarray] | None = None) -> SearchResults:
+        out_scores, out_rows, out_parts = [], [], [[], []]
+        for q, (q_scores, q_rows) in enumerate(zip(scores, rows)):
             keep = q_rows >= 0
             out_rows.append([int(r) for r in q_rows[keep]])
             out_scores.append([float(s) for s in q_scores[keep]])
+            for got, part in zip(out_parts, parts or ()):
+                got.append([float(s) for s in part[q][keep]])
         flat_ids = iter(self.store.ids_of([r for q_rows in out_rows for r in q_rows]))
         ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
-        return SearchResults(ids, out_scores, out_rows, timing)
+        lexical, dense = out_parts if parts is not None else (None, None)
+        return SearchResults(ids, out_scores, out_rows, timing, lexical, dense)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.encoder.prompts import Prompts
-from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
+from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_RRF_K
 
 if TYPE_CHECKING:
     from densehybrid.index.documents import Document
@@ -24,12 +24,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class SearchResults:
-    """Per query: ids, scores and index rows, best first; ``timing`` in milliseconds."""
+    """Per query: ids, scores and index rows, best first; ``timing`` in milliseconds.
+
+    For kinds with a lexical and a dense part (``dhr``, ``fusion``) also each hit's exact part scores
+    (the gated GIP of the lexical part, the inner product of the dense part with λ applied); None
+    for the other kinds."""
 
     ids: list[list[str]]
     scores: list[list[float]]
     rows: list[list[int]]
     timing: dict[str, float] = field(default_factory=dict)
+    lexical_scores: list[list[float]] | None = None
+    dense_scores: list[list[float]] | None = None
 
 
 class ManifestView:
@@ -65,6 +71,11 @@ class ManifestView:
     def prompts(self) -> Prompts:
         """The prompts the index's passages were encoded after, and queries must be (none before they existed)."""
         return Prompts.from_dict(self.manifest.get("prompts"))
+
+    @property
+    def rrf_k(self) -> float:
+        """The constant ``k`` of reciprocal-rank fusion (``rrf``) when a search gives none."""
+        return float(self.manifest.get("fusion", {}).get("rrf_k", DEFAULT_RRF_K))
 
 
 class DocumentLookup:
@@ -105,6 +116,9 @@ class ServedIndex(Protocol):
 
     @property
     def dense_weight(self) -> float: ...
+
+    @property
+    def rrf_k(self) -> float: ...
 
     @property
     def remote(self) -> bool:

@@ -37,5 +37,10 @@ class VectorStore(Protocol):
         """Exact scores (Q, K) float32 of the candidate ``rows`` by each part: (gated GIP, open
         inner product), from one read of the rows; cells where ``rows`` is -1 are meaningless."""
 
+    def hit_parts(self, xq: np.ndarray, gq: np.ndarray | None,
+                  rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact (gated part, open part) scores (Q, K) float32 of a page of hits ``rows`` (-1: 0), each
+        hit scored on its own (``gip.hit_part_scores``): the same whichever rows come with it."""
+
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         """Document ids of index rows, in the given order."""

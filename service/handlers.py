@@ -147,7 +147,10 @@ def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[d
     per_query, text_bytes = [], 0
     for q, (ids, scores, rows) in enumerate(zip(found.ids, found.scores, found.rows)):
         hits = [{"id": str(doc_id), "score": float(score), "rank": rank}
-                for rank, (doc_id, score) in enumerate(zip(ids, scores), start=1)]
+                for rank, (doc_id, score) in enumerate(zip(ids, scores), start=body.offset + 1)]
+        if found.lexical_scores is not None:
+            for hit, lexical, dense in zip(hits, found.lexical_scores[q], found.dense_scores[q]):
+                hit.update(lexical_score=lexical, dense_score=dense, fused_score=hit["score"])
         if body.return_text:
             for hit, doc in zip(hits, rt.index.docs.get_many([h["id"] for h in hits])):
                 hit.update(title=doc.title if doc else None, text=doc.text if doc else None)
@@ -164,12 +167,13 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     index = require_index(rt)
     require_ready(rt)
     texts = [body.query] if body.query is not None else list(body.queries)
-    k = min(body.k, index.count)
+    k = min(body.k, max(index.count - body.offset, 0))  # 0: the page is past the last hit
     if body.explain:
         _check_explain_cost(rt, len(texts), k)
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
-    params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion)
+    params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion,
+                          body.offset, body.rrf_k)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)

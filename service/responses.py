@@ -49,7 +49,14 @@ class Explanation(BaseModel):
 class Hit(BaseModel):
     id: str
     score: float
-    rank: int = Field(ge=1)
+    rank: int = Field(ge=1, description="position in the query's whole order: offset + 1 for the first hit of a page")
+    lexical_score: float | None = Field(None, examples=[11.52], description=(
+        "dhr/fusion: the exact score of the lexical part (gated inner product); absent for other kinds"))
+    dense_score: float | None = Field(None, examples=[8.93], description=(
+        "dhr/fusion: the exact score of the dense part (inner product, λ applied); absent for other kinds"))
+    fused_score: float | None = Field(None, examples=[0.0325], description=(
+        "dhr/fusion: the two parts mixed by the request's fusion method (what `score` ranks by: rrf's "
+        "reciprocal-rank sum, zscore's mix, lexical + dense for lambda); absent for other kinds"))
     title: str | None = None
     text: str | None = None
     explanation: Explanation | None = None

@@ -19,7 +19,7 @@ from pydantic import (AfterValidator, AllowInfNan, BaseModel, BeforeValidator, C
 
 from densehybrid.encoder.choices import Direction, Role
 from densehybrid.encoder.prompts import PASSAGE_NAME, Prompts
-from densehybrid.index.fusion import FusionMethod
+from densehybrid.index.fusion import DEFAULT_RRF_K, FusionMethod
 from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
@@ -42,6 +42,7 @@ JsonFloat = Annotated[float, BeforeValidator(json_number)]
 PositiveInt = Annotated[int, Ge(1), BeforeValidator(json_number)]  # constraint first: it reaches the JSON schema
 JsonBool = Annotated[bool, Strict()]
 Lambda = Annotated[float, Ge(0), Le(1e4), AllowInfNan(False), BeforeValidator(json_number)]  # constraints first: they reach the JSON schema
+RrfK = Annotated[int, Ge(0), Le(1_000_000), BeforeValidator(json_number)]  # constraints first: they reach the JSON schema
 FirstStage = Literal["ip", "approx_gip"]
 # index.fusion.FUSION_METHODS, spelled out for the schema
 
@@ -150,6 +151,13 @@ def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModel
         queries: Texts = Field(None, description="a batch of queries; `results` is a list of hit lists",
                                json_schema_extra=_no_default)
         k: JsonInt = Field(10, ge=1, le=limits.max_k, description="hits per query (fewer if the index is smaller)")
+        offset: JsonInt = Field(
+            0, ge=0, le=limits.max_k - 1, examples=[0, 10],
+            description=f"hits to skip before the first returned (pagination): the response holds hits offset+1 to "
+                        f"offset+k of one order (score descending, then index row ascending), and ranks count from "
+                        f"offset+1. offset + k must not exceed max_k ({limits.max_k}). Pages of one query agree "
+                        f"(offset 0, k 20 = offset 0, k 10 then offset 10, k 10) when they use the same "
+                        f"`candidates` and it is at least the deepest page's offset + k")
         first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
         candidates: JsonInt = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
         theta: JsonFloat = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
@@ -159,8 +167,14 @@ def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModel
         fusion: FusionMethod | None = Field(
             None, description="dhr/fusion: how the lexical and dense parts mix (zscore, minmax: normalised per query "
                               "over candidates taken from each part; adaptive: zscore with a per-query weight from "
-                              "each part's score distribution; lambda: raw sum; lexical, dense: one part alone); default: the "
-                              "index's, or lambda when `lambda` is given")
+                              "each part's score distribution; rrf: reciprocal-rank fusion, 1/(rrf_k + rank in the "
+                              "lexical part) + 1/(rrf_k + rank in the dense part) over the same candidates; lambda: raw "
+                              "sum; lexical, dense: one part alone); default: the index's, or lambda when `lambda` is "
+                              "given", examples=["rrf", "zscore"])
+        rrf_k: RrfK | None = Field(
+            None, examples=[DEFAULT_RRF_K],
+            description=f"the constant k of fusion=rrf (larger: the parts' lower ranks count more); default: the "
+                        f"index's ({DEFAULT_RRF_K} unless it records another)")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
         truncate: JsonBool | None = truncate_field()
@@ -171,6 +185,14 @@ def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModel
         def _one_of_query_or_queries(self):
             if (self.query is None) == (self.queries is None):
                 raise ValueError("give exactly one of 'query' or 'queries'")
+            return self
+
+        @model_validator(mode="after")
+        def _page_within_max_k(self):
+            # the one bound of a page JSON Schema cannot state: a sum of two fields
+            if self.offset + self.k > limits.max_k:
+                raise PydanticCustomError("page_over_max_k", "offset + k = {total} exceeds max_k = {max_k}; lower "
+                                          "offset or k", {"total": self.offset + self.k, "max_k": limits.max_k})
             return self
 
     class EncodeRequest(_Strict):

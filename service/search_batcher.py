@@ -41,6 +41,8 @@ class SearchParams:
     rerank: bool
     lam: float | None
     method: str | None = None
+    offset: int = 0
+    rrf_k: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class SearchOutcome:
     rerank_ms: float
     group_queries: int
     started: float = 0.0  # time.perf_counter() when the shared call began (the first stage, then the rerank)
+    lexical_scores: list[list[float]] | None = None  # per hit, for kinds with a lexical and a dense part
+    dense_scores: list[list[float]] | None = None
 
 
 # (first stage, queries in the call, first-stage seconds, rerank seconds or None): once per coalesced call
@@ -159,13 +163,15 @@ class SearchBatcher:
         started = time.perf_counter()
         found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
                                      first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
-                                     rerank=params.rerank, lam=params.lam, method=params.method)
+                                     rerank=params.rerank, lam=params.lam, method=params.method,
+                                     offset=params.offset, rrf_k=params.rrf_k)
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
         offset = 0
         for job in jobs:
             rows = slice(offset, offset + len(job.queries))
+            parts = [None if p is None else p[rows] for p in (found.lexical_scores, found.dense_scores)]
             _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
-                                        total, started))
+                                        total, started, *parts))
             offset += len(job.queries)

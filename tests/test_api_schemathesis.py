@@ -6,6 +6,7 @@ small index built with the fake encoder, and its limits are set low so that gene
 them; the schema is the server's own ``/openapi.json``, so it states these very limits.
 """
 
+import os
 import random
 import re
 import subprocess
@@ -52,7 +53,9 @@ def run_schemathesis(url: str, seed: int, config: Path) -> subprocess.CompletedP
     """The CLI in ``config``'s folder (where it keeps its replay files)."""
     command = [*schemathesis_cli(), "--no-color", "--config-file", str(config), "run", f"{url}/openapi.json",
                "--checks", "all", "--max-examples", str(EXAMPLES), "--seed", str(seed), "--max-failures", "20"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=config.parent)
+    hooks = Path(__file__).parent / "support" / "schemathesis_hooks.py"
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=config.parent,
+                          env={**os.environ, "SCHEMATHESIS_HOOKS": str(hooks)})
 
 
 @pytest.mark.parametrize("seed", [FIXED_SEED, None], ids=["fixed-seed", "random-seed"])

@@ -69,7 +69,7 @@ def test_zscore_equals_the_raw_sum_with_a_per_query_lambda_of_the_spread_ratio()
 def test_unknown_method_and_weight_out_of_range_are_refused():
     lexical, dense = seeded_parts()
     with pytest.raises(ValueError, match="unknown fusion method"):
-        fusion.fuse(lexical, dense, "rrf")
+        fusion.fuse(lexical, dense, "borda")
     with pytest.raises(ValueError, match="dense weight"):
         fusion.fuse(lexical, dense, "zscore", dense_weight=1.5)
 
@@ -232,7 +232,7 @@ def test_method_defaults_follow_the_index_and_a_request_lambda(tmp_path):
     assert searcher.fusion_method(None, 5.0) == "lambda"  # a per-request λ keeps its raw-sum meaning
     assert searcher.fusion_method("minmax", 5.0) == "minmax"
     with pytest.raises(SearchError, match="unknown fusion method"):
-        searcher.search(queries_for(index, 1), method="rrf")
+        searcher.search(queries_for(index, 1), method="borda")
     with pytest.raises(SearchError, match="dense weight"):
         searcher.search(queries_for(index, 1), method="zscore", dense_weight=-0.1)
 
@@ -271,7 +271,7 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     built = runner.invoke(app, ["index", "build", "--model", "fake:fusion", "--corpus", str(corpus),
                                 "--out", str(tmp_path / "ix"), "--no-progress", "--fusion", "minmax"])
     assert built.exit_code == 0, built.output
-    assert load_index(tmp_path / "ix").manifest["fusion"] == {"method": "minmax", "dense_weight": 0.5}
+    assert load_index(tmp_path / "ix").manifest["fusion"] == {"method": "minmax", "dense_weight": 0.5, "rrf_k": 60}
     common = ["eval", "--index", str(tmp_path / "ix"), "--queries", str(tmp_path / "queries.jsonl"),
               "--qrels", str(tmp_path / "qrels.tsv")]
     table = runner.invoke(app, common)
@@ -281,7 +281,7 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     assert "fusion (minmax)" in lines[2]
     with_lambda = runner.invoke(app, common + ["--lambda", "3"])
     assert "fusion (lambda, λ = 3)" in with_lambda.output
-    refused = runner.invoke(app, common + ["--fusion", "rrf"])
+    refused = runner.invoke(app, common + ["--fusion", "borda"])
     assert refused.exit_code == 2 and "one of" in refused.output
 
 
@@ -340,6 +340,6 @@ def test_live_server_search_picks_the_fusion_method_per_request(toy_index):
             want = searcher.search(encoder.encode([query], "query"), k=8, lam=body.get("lambda"), method=method)
             assert [h["id"] for h in r.json()["results"]] == want.ids[0]
             assert [h["score"] for h in r.json()["results"]] == want.scores[0]
-        refused = client.post("/search", json={"query": query, "fusion": "rrf"})
+        refused = client.post("/search", json={"query": query, "fusion": "borda"})
         assert refused.status_code == 422 and set(refused.json()["error"]) == {"type", "message"}
         assert client.post("/search", json={"query": query}).status_code == 200  # still serving

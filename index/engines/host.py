@@ -20,5 +20,9 @@ class HostRows:
         # a scan that reads only the query's active columns: it stays on the host for every engine
         return gip.approx_topk(xq, gq, self.values, self.gates, theta, depth)
 
+    def hit_parts(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # a page of rows read from the host copy, also for a store resident on a GPU
+        return gip.hit_part_scores(xq, gq, self.values, self.gates, rows)
+
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         return [self.doc_ids[r] for r in rows]

@@ -105,6 +105,11 @@ class MilvusStore(VectorStore):
         lexical, dense = score_fetched(list(fusion.split_query(xq, self.gated_dim)), gq, rows, fetched, values, gates)
         return lexical, dense
 
+    def hit_parts(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        fetched, values, gates = self.vectors(rows[rows >= 0])
+        local = np.where(rows >= 0, np.searchsorted(fetched, np.where(rows >= 0, rows, 0)), -1)  # fetched is sorted
+        return gip.hit_part_scores(xq, gq, values, gates, local)
+
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         entities = self.fetch(rows, ["doc_id"])
         return [entities[int(r)]["doc_id"] for r in rows]
