@@ -25,7 +25,8 @@ from densehybrid.index import documents, files, fusion, lambda_auto, shards
 from densehybrid.index.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.jsonl import read_jsonl
+from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
+from densehybrid.index.payload import Payload, PayloadBuilder, PayloadError
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,28 @@ class BuildOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    # metadata fields kept as payload columns for filters (index.payload); fields_from_metadata keeps all
+    fields: tuple[str, ...] = ()
+    fields_from_metadata: bool = False
 
 
 def read_corpus(path: Path) -> Iterator[Document]:
     """BEIR ``corpus.jsonl``: one JSON object per line with ``_id``, optional ``title``, ``text``."""
     for row in read_jsonl(path, required=("_id",), what="a corpus line with _id and text", error=IndexWriteError):
         yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
+
+
+def read_payload(path: Path, names: Sequence[str] | None) -> Payload:
+    """The ``metadata`` fields ``names`` (None: every field found) of each corpus line, as typed columns;
+    a value of another type than the field's earlier ones is an IndexWriteError naming field and line."""
+    builder = PayloadBuilder(names)
+    try:
+        for number, row in read_numbered_jsonl(path, required=("_id",), what="a corpus line with _id and text",
+                                               error=IndexWriteError):
+            builder.add(row.get("metadata"), f"{path}:{number}")
+    except PayloadError as exc:
+        raise IndexWriteError(str(exc)) from exc
+    return builder.finish()
 
 
 def count_corpus(path: Path) -> int:
@@ -141,12 +158,17 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
     lam, lam_info = _lambda(encoder, staged, options)
+    fields_info = {}
+    if options.fields or options.fields_from_metadata:
+        payload = read_payload(corpus, None if options.fields_from_metadata else options.fields)
+        payload.write(staged)
+        fields_info = {"fields": payload.schema}
     files.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
-               **fusion_info},
+               **fusion_info, **fields_info},
     )
     files.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
@@ -156,8 +178,9 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
-                      shard_size: int = 65_536, fusion_method: str = "lambda") -> Path:
-    """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools)."""
+                      shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None) -> Path:
+    """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
+    ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)
     if out.exists():
         raise IndexWriteError(f"{out}: already exists")
@@ -169,9 +192,15 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         part = encoded[s:s + shard_size]
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
+    fields_info = {}
+    if payload is not None and payload.columns:
+        if payload.count != len(docs):
+            raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
+        payload.write(staged)
+        fields_info = {"fields": payload.schema}
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
-                         extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method)})
+                         extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})
     files.publish(staged, out)
     shards.finish(work)
     return out

@@ -21,6 +21,7 @@ import numpy as np
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
+from densehybrid.index.filters import Filter, Selection
 from densehybrid.index.served import SearchResults, StoredIndex
 from densehybrid.index.vector_store import VectorStore
 
@@ -135,10 +136,13 @@ class Searcher:
         if self.reranks and (queries.gates is None or queries.gates.shape != (len(queries), self.spec.gated_dim)):
             raise IndexMismatchError(f"the index needs query gates of {self.spec.gated_dim} dims")
 
-    def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
+    def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float,
+                     selection: Selection | None = None):
+        # a filter's rows are passed only when it drops some: the unfiltered calls stay as they were
+        kept = {} if selection is None else {"selection": selection}
         if first_stage == "approx_gip":
-            return self.store.approx_gip(xq, gq, theta, depth)
-        return self.store.inner_product(xq, depth)
+            return self.store.approx_gip(xq, gq, theta, depth, **kept)
+        return self.store.inner_product(xq, depth, **kept)
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
         return resolve_method(self.index, method, lam)
@@ -151,7 +155,7 @@ class Searcher:
         return lexical if method == "lexical" else dense
 
     def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                                theta: float) -> np.ndarray:
+                                theta: float, selection: Selection | None = None) -> np.ndarray:
         """Candidate rows (Q, ≤ 2·depth) of a normalised fusion: the union of each part's own top ``depth``.
 
         The λ sum's top list is mostly the lexical part's (its scores are the larger), so it loses
@@ -160,9 +164,9 @@ class Searcher:
         """
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         # one row past the cut shows whether the cut runs through tied scores (see _above_the_cut)
-        probe = min(depth + 1, self.index.count)
-        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta), depth)
-        dense_rows = _above_the_cut(*self.store.inner_product(dense, probe), depth)
+        probe = min(depth + 1, self.index.count if selection is None else selection.count)
+        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta, selection), depth)
+        dense_rows = _above_the_cut(*self._first_stage(dense, None, "ip", probe, theta, selection), depth)
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
@@ -175,8 +179,12 @@ class Searcher:
 
     def search(self, queries: Encoded, *, k: int = 10, first_stage: FirstStage = "ip", candidates: int = 1000,
                theta: float = 0.1, rerank: bool = True, lam: float | None = None, method: str | None = None,
-               dense_weight: float | None = None) -> SearchResults:
+               dense_weight: float | None = None, filter: Filter | None = None) -> SearchResults:
         """Top ``k`` per query. ``candidates`` (K1) is the first-stage depth when reranking.
+
+        ``filter`` (``index.filters``) keeps only the rows it matches, before any top-k: every stage
+        sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
+        stage returns all of them when they are fewer than ``candidates``).
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the normalised ones (``fusion.NORMALISED_METHODS``) take the union of
@@ -188,10 +196,15 @@ class Searcher:
         dense_weight = self.index.dense_weight if dense_weight is None else dense_weight
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
-        n = self.index.count
+        selection = None if filter is None else self.index.select(filter)
+        selectivity = None if selection is None else selection.fraction
+        if selection is not None and selection.everything:
+            selection = None
+        n = self.index.count if selection is None else selection.count
         if len(queries) == 0 or n == 0:
             empty = [[] for _ in range(len(queries))]
-            return SearchResults(empty, [list(e) for e in empty], [list(e) for e in empty], {"search_ms": 0.0, "rerank_ms": 0.0})
+            return SearchResults(empty, [list(e) for e in empty], [list(e) for e in empty],
+                                 {"search_ms": 0.0, "rerank_ms": 0.0}, selectivity)
         xq = self._part_query(self.scale(queries.values, lam), method)
         gq = queries.gates if self.reranks else None
         second = rerank and self.reranks
@@ -199,9 +212,9 @@ class Searcher:
         fused = second and method in fusion.NORMALISED_METHODS
         start = time.perf_counter()
         if fused:
-            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta)
+            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta, selection)
         else:
-            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
+            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta, selection)
         search_ms = _ms(start)
         start = time.perf_counter()
         if fused:
@@ -209,7 +222,9 @@ class Searcher:
         elif second:
             scores, rows = self.store.rerank(xq, gq, rows, k)
         rerank_ms = _ms(start) if second else 0.0
-        return self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})
+        found = self._results(scores[:, :k], rows[:, :k], {"search_ms": search_ms, "rerank_ms": rerank_ms})
+        found.selectivity = selectivity
+        return found
 
     def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float]) -> SearchResults:
         out_scores, out_rows = [], []

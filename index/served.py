@@ -18,6 +18,7 @@ from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT
 
 if TYPE_CHECKING:
     from densehybrid.index.documents import Document
+    from densehybrid.index.filters import Filter, Selection
     from densehybrid.index.vector_store import VectorStore
 
 
@@ -29,6 +30,7 @@ class SearchResults:
     scores: list[list[float]]
     rows: list[list[int]]
     timing: dict[str, float] = field(default_factory=dict)
+    selectivity: float | None = None  # the fraction of rows a filter kept (None: no filter)
 
 
 class ManifestView:
@@ -59,6 +61,11 @@ class ManifestView:
     def dense_weight(self) -> float:
         """The dense part's weight in the normalised fusion methods."""
         return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
+
+    @property
+    def field_types(self) -> dict[str, str]:
+        """The payload fields a filter can name, with their types (``index.payload``); {} for none."""
+        return dict(self.manifest.get("fields") or {})
 
 
 class DocumentLookup:
@@ -126,6 +133,12 @@ class ServedIndex(Protocol):
     def healthy(self) -> bool:
         """Whether the index answers now (a local one always does)."""
 
+    @property
+    def field_types(self) -> dict[str, str]: ...
+
+    def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
+        """{field: value} of each row for ``names`` (absent fields left out)."""
+
 
 @runtime_checkable
 class StoredIndex(ServedIndex, Protocol):
@@ -138,3 +151,6 @@ class StoredIndex(ServedIndex, Protocol):
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:
         """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``)."""
+
+    def select(self, node: Filter) -> Selection:
+        """The rows a filter keeps, in the form this index's store takes (``index.filters``)."""
