@@ -71,6 +71,11 @@ def index_build(
     fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
                                help="dhr/fusion: the searches' default mix of the two parts (recorded in the manifest)"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    field: list[str] = typer.Option([], "--field", help="keep this field of each line's metadata object as a "
+                                    "filterable payload column (repeatable; type inferred: keyword, integer, float, "
+                                    "bool or keyword list)"),
+    fields_from_metadata: bool = typer.Option(False, "--fields-from-metadata",
+                                              help="keep every field found in the metadata objects (as --field)"),
     ray: Optional[str] = typer.Option(None, "--ray", help="encode on Ray Data: local (this machine's CPUs), "
                                       "auto or ADDRESS (a running cluster); needs the [ray] extra"),
     ray_batch_size: Optional[int] = typer.Option(None, "--ray-batch-size", min=1,
@@ -85,7 +90,8 @@ def index_build(
         raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None,
-                           name=name, progress=not no_progress, fusion_method=fusion)
+                           name=name, progress=not no_progress, fusion_method=fusion, fields=tuple(field),
+                           fields_from_metadata=fields_from_metadata)
     try:
         model = commands.load_model(encoder.config, encoder.device)
         start = time.perf_counter()

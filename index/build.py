@@ -58,14 +58,14 @@ def read_corpus(path: Path) -> Iterator[Document]:
 def read_payload(path: Path, names: Sequence[str] | None) -> Payload:
     """The ``metadata`` fields ``names`` (None: every field found) of each corpus line, as typed columns;
     a value of another type than the field's earlier ones is an IndexWriteError naming field and line."""
-    builder = PayloadBuilder(names)
     try:
+        builder = PayloadBuilder(names)
         for number, row in read_numbered_jsonl(path, required=("_id",), what="a corpus line with _id and text",
                                                error=IndexWriteError):
             builder.add(row.get("metadata"), f"{path}:{number}")
+        return builder.finish()
     except PayloadError as exc:
         raise IndexWriteError(str(exc)) from exc
-    return builder.finish()
 
 
 def count_corpus(path: Path) -> int:
@@ -148,6 +148,9 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     fusion_info = fusion_record(encoder.spec, options.fusion_method)
+    # read first: a field whose type changes halfway through the corpus fails before any encoding
+    payload = (read_payload(corpus, None if options.fields_from_metadata else options.fields)
+               if options.fields or options.fields_from_metadata else None)
     total = count_corpus(corpus)
     work = shards.work_dir(out)
     shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
@@ -159,8 +162,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
     lam, lam_info = _lambda(encoder, staged, options)
     fields_info = {}
-    if options.fields or options.fields_from_metadata:
-        payload = read_payload(corpus, None if options.fields_from_metadata else options.fields)
+    if payload is not None:
         payload.write(staged)
         fields_info = {"fields": payload.schema}
     files.write_manifest(

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, model_validator
+from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, field_validator,
+                      model_validator)
 
 from densehybrid.encoder.choices import Role
 from densehybrid.index.fusion import FusionMethod
+from densehybrid.service import filter_schema
 from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
@@ -112,6 +114,13 @@ def request_models(limits: Limits) -> RequestModels:
                               "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
+        filter: filter_schema.SearchFilter | None = Field(
+            None, description=filter_schema.DESCRIPTION, json_schema_extra={"examples": filter_schema.EXAMPLES})
+        fields: Annotated[list[filter_schema.FieldName], Field(max_length=64)] | None = Field(
+            None, description="payload fields to return with each hit, as `fields: {name: value}` (absent "
+                              "values left out); /info lists them", examples=[["module", "kind"]])
+
+        _bounded_filter = field_validator("filter", mode="before")(filter_schema.check_filter_size)
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -143,6 +152,10 @@ def documents_request_model(limits: Limits) -> type[BaseModel]:
         id: DocId
         title: Chars = Field("", description="optional title, encoded before the text")
         text: Annotated[Chars, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
+        fields: dict[filter_schema.FieldName, Any] | None = Field(
+            None, max_length=64, description="payload field values, of the index's fields and types (/info); "
+                                             "searches filter on them as on the built ones",
+            examples=[{"module": "json", "kind": "function"}])
 
     class DocumentsRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="DocumentsRequest")

@@ -40,6 +40,7 @@ class SearchParams:
     rerank: bool
     lam: float | None
     method: str | None = None
+    filter: object | None = None  # an index.filters node (hashable: equal filters search together)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class SearchOutcome:
     search_ms: float
     rerank_ms: float
     group_queries: int
+    selectivity: float | None = None  # the fraction of rows the filter kept
 
 
 # (first stage, queries in the call, first-stage seconds, rerank seconds or None): once per coalesced call
@@ -156,7 +158,8 @@ class SearchBatcher:
     def _search_group(self, params: SearchParams, jobs: list[_Search]) -> None:
         found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
                                      first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
-                                     rerank=params.rerank, lam=params.lam, method=params.method)
+                                     rerank=params.rerank, lam=params.lam, method=params.method,
+                                     **({} if params.filter is None else {"filter": params.filter}))
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
@@ -164,5 +167,5 @@ class SearchBatcher:
         for job in jobs:
             rows = slice(offset, offset + len(job.queries))
             _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
-                                        total))
+                                        total, getattr(found, "selectivity", None)))
             offset += len(job.queries)
