@@ -267,7 +267,12 @@ class MilvusIndex(ManifestView, DocumentLookup, StoredIndex):
     def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
         columns = [c for n in names for c in (filters.milvus_field(n), filters.milvus_present(n))]
         entities = self.store.fetch(rows, columns)
-        return [{n: entities[int(r)][filters.milvus_field(n)] for n in names
+        kinds = self.field_types
+
+        def plain(name: str, value):  # the client's array type -> a JSON list
+            return [str(v) for v in value] if kinds[name] == "keyword_list" else value
+
+        return [{n: plain(n, entities[int(r)][filters.milvus_field(n)]) for n in names
                  if entities[int(r)][filters.milvus_present(n)]} for r in rows]
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
