@@ -70,7 +70,9 @@ def document_fields(index: LiveIndex, given: dict | None) -> dict | None:
 async def add_documents(rt: Runtime, request: Request, body) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
-    docs = [Document(d.id, d.title, d.text, document_fields(index, d.fields)) for d in body.documents]
+    docs = [Document(d.id, d.title, d.text,
+                     document_fields(index, d.fields and d.fields.model_dump(by_alias=True, exclude_none=True)))
+            for d in body.documents]
     done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage")
     logged = time.perf_counter()
     seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)

@@ -1,23 +1,38 @@
-"""The ``filter`` of ``/search`` as request models: the grammar's shapes, with examples for the OpenAPI document.
+"""The ``filter`` and ``fields`` of the request bodies, as models made for the served index's fields.
 
-The models check the shape only; whether the fields exist and the values fit their types is the
-index's to say (``index.filters.parse``, a 422 naming the field). The size is bounded before the
-nested models are validated, so no filter recurses without limit.
+The OpenAPI document then states exactly what fits: each leaf names one of the index's fields and
+takes a value of that field's type (``range`` only on numbers), ``fields`` lists field names, and a
+written document's ``fields`` is an object of those fields. An unknown field is refused naming it,
+before the nested models validate (``index.filters.parse``, which bounds size and depth before it
+recurses), and so is a filter too deep or too large.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AllowInfNan, BaseModel, ConfigDict, Discriminator, Field, Strict, StringConstraints, Tag
+from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict,
+                      StringConstraints, Tag, create_model, model_validator)
 
-from densehybrid.index import filters
+from densehybrid.index import filters, payload
 
-FieldName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-# JSON's own types, kept apart (true is not 1, 1 is not "1"): the field's type decides what fits
-Value = Union[Annotated[bool, Strict()], Annotated[int, Strict()], Annotated[float, Strict(), AllowInfNan(False)],
-              Annotated[str, Strict(), StringConstraints(max_length=1024)]]
-Bound = Union[Annotated[int, Strict()], Annotated[float, Strict(), AllowInfNan(False)]]
+
+def _json_number(value):
+    # JSON's numbers only: true and "3" are not numbers (3.0 is an integer, as in JSON Schema)
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+Keyword = Annotated[str, Strict(), StringConstraints(max_length=payload.MAX_KEYWORD_CHARS)]
+Integer = Annotated[int, BeforeValidator(_json_number)]
+Number = Annotated[float, AllowInfNan(False), BeforeValidator(_json_number)]
+Bool = Annotated[bool, Strict()]
+Bound = Union[Annotated[int, Strict()], Number]
+# what a leaf compares with, and what a written document holds, by field type
+_VALUE = {"keyword": Keyword, "keyword_list": Keyword, "integer": Integer, "float": Number, "bool": Bool}
+_STORED = {**_VALUE, "keyword_list": Annotated[list[Keyword], Field(max_length=payload.MAX_LIST_ITEMS)]}
 
 EXAMPLES = [
     {"field": "kind", "eq": "function"},
@@ -38,73 +53,123 @@ class _Node(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EqFilter(_Node):
-    field: FieldName
-    eq: Value
-
-
-class InFilter(_Node):
-    field: FieldName
-    in_: list[Value] = Field(alias="in", min_length=1, max_length=filters.MAX_IN_VALUES)
-
-
 class RangeBounds(_Node):
-    gt: Bound | None = None
-    gte: Bound | None = None
-    lt: Bound | None = None
-    lte: Bound | None = None
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    # no null: a bound is a number or left out
+    gt: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+    gte: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+    lt: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+    lte: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+
+    @model_validator(mode="after")
+    def _one_bound_at_least(self):
+        if all(getattr(self, op) is None for op in filters.RANGE_OPS):
+            raise ValueError("range takes at least one of gt, gte, lt, lte")
+        return self
 
 
-class RangeFilter(_Node):
-    field: FieldName
-    range: RangeBounds
+_LEAF_OPS = ("eq", "in", "range", "exists")
 
 
-class ExistsFilter(_Node):
-    field: FieldName
-    exists: Literal[True]
-
-
-class AndFilter(_Node):
-    and_: list[SearchFilter] = Field(alias="and", min_length=1, max_length=filters.MAX_NODES)
-
-
-class OrFilter(_Node):
-    or_: list[SearchFilter] = Field(alias="or", min_length=1, max_length=filters.MAX_NODES)
-
-
-class NotFilter(_Node):
-    not_: SearchFilter = Field(alias="not")
-
-
-_KEYS = ("and", "or", "not", "eq", "in", "range", "exists")
-_TAGS = {AndFilter: "and", OrFilter: "or", NotFilter: "not", EqFilter: "eq", InFilter: "in", RangeFilter: "range",
-         ExistsFilter: "exists"}
-
-
-def _kind(value) -> str | None:
-    """Which shape a filter object has, by the key that names it (one error per bad object, not seven)."""
+def _tag(value) -> str | None:
+    """The shape of a filter object: and/or/not, or ``op:field`` for a leaf (one error per bad object)."""
     if isinstance(value, dict):
-        return next((key for key in _KEYS if key in value), None)
-    return _TAGS.get(type(value))
+        for key in ("and", "or", "not"):
+            if key in value:
+                return key
+        op = next((key for key in _LEAF_OPS if key in value), None)
+        return None if op is None else f"{op}:{value.get('field')}"
+    return getattr(type(value), "filter_tag", None)
 
 
-SearchFilter = Annotated[
-    Union[Annotated[AndFilter, Tag("and")], Annotated[OrFilter, Tag("or")], Annotated[NotFilter, Tag("not")],
-          Annotated[EqFilter, Tag("eq")], Annotated[InFilter, Tag("in")], Annotated[RangeFilter, Tag("range")],
-          Annotated[ExistsFilter, Tag("exists")]],
-    Discriminator(_kind, custom_error_type="filter_shape",
-                  custom_error_message="a filter is an object with one of and, or, not, eq, in, range, exists")]
+def _leaves(name: str, kind: str) -> list[tuple[str, type[BaseModel]]]:
+    """The leaf models of one field (class names must be unique in the OpenAPI document: the field is in them)."""
+    named = (Literal[name], ...)
+    value = _VALUE[kind]
+    models = [("eq", create_model(f"Eq_{name}", __base__=_Node, field=named, eq=(value, ...))),
+              ("in", create_model(f"In_{name}", __base__=_Node, field=named,
+                                  in_=(list[value], Field(alias="in", min_length=1, max_length=filters.MAX_IN_VALUES)))),
+              ("exists", create_model(f"Exists_{name}", __base__=_Node, field=named, exists=(Literal[True], ...)))]
+    if kind in ("integer", "float"):
+        models.append(("range", create_model(f"Range_{name}", __base__=_Node, field=named, range=(RangeBounds, ...))))
+    for op, model in models:
+        model.filter_tag = f"{op}:{name}"
+    return models
 
-for _model in (AndFilter, OrFilter, NotFilter):
-    _model.model_rebuild()
+
+def _filter_type(field_types: dict[str, str]):
+    """The recursive filter union for an index with these fields."""
+    leaves = [leaf for name, kind in field_types.items() for leaf in _leaves(name, kind)]
+    ns: dict[str, Any] = {}
+    and_ = create_model("AndFilter", __base__=_Node,
+                        and_=(list["SearchFilter"], Field(alias="and", min_length=1, max_length=filters.MAX_NODES)))
+    or_ = create_model("OrFilter", __base__=_Node,
+                       or_=(list["SearchFilter"], Field(alias="or", min_length=1, max_length=filters.MAX_NODES)))
+    not_ = create_model("NotFilter", __base__=_Node, not_=("SearchFilter", Field(alias="not")))
+    for tag, model in (("and", and_), ("or", or_), ("not", not_)):
+        model.filter_tag = tag
+    choices = [Annotated[model, Tag(tag)] for tag, model in (("and", and_), ("or", or_), ("not", not_))]
+    choices += [Annotated[model, Tag(model.filter_tag)] for _, model in leaves]
+    union = Annotated[Union[tuple(choices)], Discriminator(
+        _tag, custom_error_type="filter_shape",
+        custom_error_message="a filter is an object with one of and, or, not, or a field with eq, in, range, exists")]
+    ns["SearchFilter"] = union
+    for model in (and_, or_, not_):
+        model.model_rebuild(_types_namespace=ns)
+    return union
 
 
-def check_filter_size(value):
-    """Before the nested models validate: refuse a filter too deep or too large (a 422, no recursion)."""
-    if value is not None:
-        filters.check_size(value)
-    return value
+def prechecked(field_types: dict[str, str]):
+    """A before-validator for ``filter``: the grammar's checks against the index's fields (size and depth
+    bounded first, without recursion), so an unknown field or a mistyped value is refused naming the field."""
+    def check(value):
+        if value is None:
+            return value
+        try:
+            filters.parse(value, field_types)
+        except filters.FilterError as exc:
+            raise ValueError(str(exc).removeprefix("filter: ")) from None
+        return value
+    return check
+
+
+def known_names(field_types: dict[str, str]):
+    """A before-validator for ``fields: [...]``: an unknown name is refused naming it."""
+    def check(value):
+        if isinstance(value, list):
+            unknown = [n for n in value if isinstance(n, str) and n not in field_types]
+            if unknown:
+                known = ", ".join(sorted(field_types)) or "none"
+                raise ValueError(f"unknown field {unknown[0]!r} (the index's fields: {known})")
+        return value
+    return check
+
+
+def _document_fields(field_types: dict[str, str]) -> type[BaseModel]:
+    """A written document's ``fields``: the index's fields, each of its type (null or left out: none)."""
+    # python names apart from the JSON names: a field may be called "json" or "copy"
+    definitions = {f"field_{i}": (_STORED[kind] | None, Field(None, alias=name))
+                   for i, (name, kind) in enumerate(field_types.items())}
+    return create_model("DocumentFields", __base__=_Node, **definitions)
+
+
+@dataclass(frozen=True)
+class FieldModels:
+    """What the request models take for filters and fields on one index."""
+
+    filter: Any  # the filter type (an index without fields: only null)
+    names: Any  # the item type of ``fields: [...]``
+    max_names: int
+    document_fields: type[BaseModel]
+
+
+def field_models(field_types: dict[str, str] | None) -> FieldModels:
+    field_types = dict(field_types or {})
+    if not field_types:
+        # nothing to filter on or return: no filter fits, and ``fields`` can only be empty
+        return FieldModels(type(None), Annotated[str, StringConstraints(max_length=64)], 0, _document_fields({}))
+    return FieldModels(_filter_type(field_types), Literal[tuple(field_types)], len(field_types),
+                       _document_fields(field_types))
 
 
 def as_json(flt: BaseModel) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from annotated_types import Ge, Le
 from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, field_validator,
@@ -86,8 +86,9 @@ class RequestModels:
     explain: type[BaseModel]
 
 
-def request_models(limits: Limits) -> RequestModels:
-    """The three request bodies with the given limits in their constraints."""
+def request_models(limits: Limits, field_types: dict[str, str] | None = None) -> RequestModels:
+    """The three request bodies with the given limits in their constraints (and the index's payload fields)."""
+    fields_of = filter_schema.field_models(field_types)
     Texts = Annotated[list[Text], Field(min_length=1, max_length=limits.max_request_texts)]
 
     class SearchRequest(_Strict):
@@ -114,13 +115,14 @@ def request_models(limits: Limits) -> RequestModels:
                               "index's, or lambda when `lambda` is given")
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
-        filter: filter_schema.SearchFilter | None = Field(
+        filter: fields_of.filter | None = Field(
             None, description=filter_schema.DESCRIPTION, json_schema_extra={"examples": filter_schema.EXAMPLES})
-        fields: Annotated[list[filter_schema.FieldName], Field(max_length=64)] | None = Field(
+        fields: Annotated[list[fields_of.names], Field(max_length=fields_of.max_names)] | None = Field(
             None, description="payload fields to return with each hit, as `fields: {name: value}` (absent "
                               "values left out); /info lists them", examples=[["module", "kind"]])
 
-        _bounded_filter = field_validator("filter", mode="before")(filter_schema.check_filter_size)
+        _bounded_filter = field_validator("filter", mode="before")(filter_schema.prechecked(field_types or {}))
+        _known_fields = field_validator("fields", mode="before")(filter_schema.known_names(field_types or {}))
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -143,8 +145,10 @@ def request_models(limits: Limits) -> RequestModels:
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
 
 
-def documents_request_model(limits: Limits) -> type[BaseModel]:
-    """The body of ``POST /documents`` with the configured batch and length limits (over them: 413)."""
+def documents_request_model(limits: Limits, field_types: dict[str, str] | None = None) -> type[BaseModel]:
+    """The body of ``POST /documents`` with the configured batch and length limits (over them: 413), and the
+    index's payload fields."""
+    DocumentFields = filter_schema.field_models(field_types).document_fields
     Chars = Annotated[str, StringConstraints(max_length=limits.max_document_chars)]
 
     class NewDocument(_Strict):
@@ -152,8 +156,8 @@ def documents_request_model(limits: Limits) -> type[BaseModel]:
         id: DocId
         title: Chars = Field("", description="optional title, encoded before the text")
         text: Annotated[Chars, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
-        fields: dict[filter_schema.FieldName, Any] | None = Field(
-            None, max_length=64, description="payload field values, of the index's fields and types (/info); "
+        fields: DocumentFields | None = Field(
+            None, description="payload field values, of the index's fields and types (/info); "
                                              "searches filter on them as on the built ones",
             examples=[{"module": "json", "kind": "function"}])
 

@@ -146,5 +146,42 @@ def test_the_openapi_document_shows_the_grammar_with_examples(client):
     search_body = schema["components"]["schemas"]["SearchRequest"]["properties"]
     assert search_body["filter"]["examples"][0] == {"field": "kind", "eq": "function"}
     assert "any element" in search_body["filter"]["description"]
-    names = set(schema["components"]["schemas"])
-    assert {"EqFilter", "InFilter", "RangeFilter", "ExistsFilter", "AndFilter", "OrFilter", "NotFilter"} <= names
+    components = schema["components"]["schemas"]
+    # the schema states this index's fields: a leaf per field and operator, range on numbers only
+    assert {"Eq_topic", "In_tags", "Range_year", "Range_score", "Exists_draft", "AndFilter", "OrFilter",
+            "NotFilter"} <= set(components)
+    assert "Range_topic" not in components and "Range_draft" not in components
+    assert components["Eq_year"]["properties"]["field"]["const"] == "year"
+    assert components["Eq_year"]["properties"]["eq"]["type"] == "integer"
+    fields_items = search_body["fields"]["anyOf"][0]["items"]
+    assert sorted(fields_items["enum"]) == ["draft", "score", "tags", "topic", "year"]
+    written = components["DocumentFields"]["properties"]
+    assert written["tags"]["anyOf"][0]["type"] == "array" and set(written) == set(fields_items["enum"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_the_schema_states_exactly_which_filters_and_fields_fit(client, mode):
+    """Schema-valid filters, field lists and written fields (generated from this index's OpenAPI document) are
+    answered 200; schema-violating ones 4xx; none 5xx."""
+    import hypothesis
+    import schemathesis
+    from schemathesis.generation import GenerationMode
+    from schemathesis.specs.openapi.checks import negative_data_rejection
+
+    generation = GenerationMode.POSITIVE if mode == "positive" else GenerationMode.NEGATIVE
+    url = str(client.base_url).rstrip("/")
+    schema = schemathesis.openapi.from_url(url + "/openapi.json")
+    ops = [r.ok() for r in schema.get_all_operations() if r.ok().label in ("POST /search", "POST /documents")]
+    assert len(ops) == 2
+    for op in ops:
+        @hypothesis.settings(max_examples=60, deadline=None, database=None, derandomize=True,
+                             suppress_health_check=list(hypothesis.HealthCheck))
+        @hypothesis.given(case=op.as_strategy(generation_mode=generation))
+        def check(case):
+            response = case.call_and_validate(base_url=url, excluded_checks=[negative_data_rejection])
+            assert response.status_code < 500, (op.label, case.body, response.text)
+            if generation == GenerationMode.NEGATIVE:
+                assert 400 <= response.status_code < 500, (op.label, case.body, response.text)
+
+        check()
