@@ -5,7 +5,7 @@ on the values) with one integer payload field, ``rank``, a permutation of the ro
 ``{"field": "rank", "range": {"lt": s·N}}`` keeps exactly the share ``s``. A live loopback server (in
 a thread of this process) answers one client in a closed loop; each request's server-side
 ``search_ms`` is reported too, and the same searches in process on the Faiss and torch (CPU) engines.
-Ratios are filtered / unfiltered from one run.
+Selectivities take turns request by request; ratios are filtered / unfiltered from one run.
 
     python -m densehybrid.bench.filter_bench [--rows 10000] [--requests 100]
 """
@@ -49,24 +49,36 @@ def filter_for(share: float | None, rows: int) -> dict | None:
     return None if share is None else {"field": "rank", "range": {"lt": int(round(share * rows))}}
 
 
+def _interleaved(shares, rounds: int, call) -> dict:
+    """``call(share, i)`` -> samples, round-robin over the shares (drift on a shared machine hits every share
+    alike); the first two rounds warm up (caches, and each filter's mask) and are dropped."""
+    samples: dict = {share: [] for share in shares}
+    for i in range(rounds + 2):
+        for share in shares:
+            got = call(share, i)
+            if i >= 2:
+                samples[share].append(got)
+    return samples
+
+
 def over_http(url: str, rows: int, requests: int) -> dict:
     """p50 of the whole request and of its search stage (first stage + rerank), per selectivity."""
-    out = {}
     with httpx.Client(base_url=url, timeout=60) as client:
-        for share in (None, *SELECTIVITIES):
-            body = {"k": 10, **({"filter": filter_for(share, rows)} if share is not None else {})}
-            total, search = [], []
-            for i in range(requests + 3):
-                started = time.perf_counter()
-                answer = client.post("/search", json={"query": QUERIES[i % len(QUERIES)], **body})
-                answer.raise_for_status()
-                if i >= 3:  # the first few warm the caches (and the filter's mask)
-                    total.append((time.perf_counter() - started) * 1000)
-                    timing = answer.json()["timing"]
-                    search.append(timing["search_ms"] + timing["rerank_ms"])
-            out["unfiltered" if share is None else share] = {"p50_ms": percentile(total, 50),
-                                                             "search_p50_ms": percentile(search, 50)}
-    return out
+        def call(share, i):
+            body = {"query": QUERIES[i % len(QUERIES)], "k": 10}
+            if share is not None:
+                body["filter"] = filter_for(share, rows)
+            started = time.perf_counter()
+            answer = client.post("/search", json=body)
+            answer.raise_for_status()
+            total = (time.perf_counter() - started) * 1000
+            timing = answer.json()["timing"]
+            return total, timing["search_ms"] + timing["rerank_ms"]
+
+        samples = _interleaved((None, *SELECTIVITIES), requests, call)
+    return {"unfiltered" if share is None else share:
+            {"p50_ms": percentile([t for t, _ in got], 50), "search_p50_ms": percentile([s for _, s in got], 50)}
+            for share, got in samples.items()}
 
 
 def in_process(index, encoder, rows: int, repeats: int) -> dict:
@@ -75,21 +87,19 @@ def in_process(index, encoder, rows: int, repeats: int) -> dict:
     from densehybrid.index.searcher import Searcher
 
     queries = [encoder.encode([q], "query") for q in QUERIES]
+    nodes = {share: None if share is None else filters.parse(filter_for(share, rows), index.field_types)
+             for share in (None, *SELECTIVITIES)}
     out = {}
     for engine in ("faiss", "torch"):
         searcher = Searcher(index, engine=engine)
-        per_share = {}
-        for share in (None, *SELECTIVITIES):
-            raw = filter_for(share, rows)
-            node = None if raw is None else filters.parse(raw, index.field_types)
-            samples = []
-            for i in range(repeats + 2):
-                started = time.perf_counter()
-                searcher.search(queries[i % len(queries)], k=10, filter=node)
-                if i >= 2:
-                    samples.append((time.perf_counter() - started) * 1000)
-            per_share["unfiltered" if share is None else share] = percentile(samples, 50)
-        out[engine] = per_share
+
+        def call(share, i):
+            started = time.perf_counter()
+            searcher.search(queries[i % len(queries)], k=10, filter=nodes[share])
+            return (time.perf_counter() - started) * 1000
+
+        samples = _interleaved(tuple(nodes), repeats, call)
+        out[engine] = {"unfiltered" if share is None else share: percentile(got, 50) for share, got in samples.items()}
     return out
 
 

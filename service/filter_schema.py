@@ -34,13 +34,32 @@ Bound = Union[Annotated[int, Strict()], Number]
 _VALUE = {"keyword": Keyword, "keyword_list": Keyword, "integer": Integer, "float": Number, "bool": Bool}
 _STORED = {**_VALUE, "keyword_list": Annotated[list[Keyword], Field(max_length=payload.MAX_LIST_ITEMS)]}
 
-EXAMPLES = [
-    {"field": "kind", "eq": "function"},
-    {"field": "module", "in": ["json", "csv"]},
-    {"and": [{"field": "kind", "eq": "class"}, {"not": {"field": "module", "eq": "typing"}}]},
-    {"field": "year", "range": {"gte": 2020, "lt": 2024}},
-    {"or": [{"field": "tags", "eq": "beta"}, {"not": {"field": "tags", "exists": True}}]},
-]
+_EXAMPLE_VALUES = {"keyword": "function", "keyword_list": "beta", "integer": 2024, "float": 0.5, "bool": True}
+
+
+def document_example(field_types: dict[str, str]) -> dict:
+    """A written document's ``fields`` with a value of each field's type."""
+    return {n: [_EXAMPLE_VALUES[k]] if k == "keyword_list" else _EXAMPLE_VALUES[k] for n, k in field_types.items()}
+
+
+def examples(field_types: dict[str, str]) -> list[dict]:
+    """Filters over the index's own fields, one per shape the grammar has (none for an index without fields)."""
+    if not field_types:
+        return []
+    (first, kind), *rest = field_types.items()
+    value = _EXAMPLE_VALUES[kind]
+    out = [{"field": first, "eq": value}, {"field": first, "in": [value]},
+           {"not": {"field": first, "exists": True}}]
+    numeric = next((n for n, k in field_types.items() if k in ("integer", "float")), None)
+    if numeric is not None:
+        out.append({"field": numeric, "range": {"gte": 0, "lt": 100}})
+    if rest:
+        second, second_kind = rest[0]
+        out.append({"and": [{"field": first, "eq": value},
+                            {"or": [{"field": second, "exists": True},
+                                    {"not": {"field": second, "eq": _EXAMPLE_VALUES[second_kind]}}]}]})
+    return out
+
 DESCRIPTION = (
     "keep only documents whose fields match, applied before the top-k (exact: the hits are the best k of the "
     "matching documents). Leaves: eq, in, range (gt, gte, lt, lte; integer and float fields), exists; combine "

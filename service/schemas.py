@@ -116,10 +116,11 @@ def request_models(limits: Limits, field_types: dict[str, str] | None = None) ->
         return_text: JsonBool = Field(False, description="include each hit's title and text")
         explain: JsonBool = Field(False, description="include each hit's matched terms and score split")
         filter: fields_of.filter | None = Field(
-            None, description=filter_schema.DESCRIPTION, json_schema_extra={"examples": filter_schema.EXAMPLES})
+            None, description=filter_schema.DESCRIPTION,
+            json_schema_extra={"examples": filter_schema.examples(field_types or {})} if field_types else None)
         fields: Annotated[list[fields_of.names], Field(max_length=fields_of.max_names)] | None = Field(
             None, description="payload fields to return with each hit, as `fields: {name: value}` (absent "
-                              "values left out); /info lists them", examples=[["module", "kind"]])
+                              "values left out); /info lists them", examples=[list(field_types or {})[:2]])
 
         _bounded_filter = field_validator("filter", mode="before")(filter_schema.prechecked(field_types or {}))
         _known_fields = field_validator("fields", mode="before")(filter_schema.known_names(field_types or {}))
@@ -157,9 +158,8 @@ def documents_request_model(limits: Limits, field_types: dict[str, str] | None =
         title: Chars = Field("", description="optional title, encoded before the text")
         text: Annotated[Chars, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
         fields: DocumentFields | None = Field(
-            None, description="payload field values, of the index's fields and types (/info); "
-                                             "searches filter on them as on the built ones",
-            examples=[{"module": "json", "kind": "function"}])
+            None, description="payload field values, of the index's fields and types (/info); searches filter on "
+                              "them as on the built ones", examples=[filter_schema.document_example(field_types or {})])
 
     class DocumentsRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="DocumentsRequest")

@@ -413,3 +413,16 @@ def test_documents_written_live_carry_fields_through_the_log_and_compaction(tmp_
         flt = filters.parse(raw, folded.field_types)
         got = compacted.search(Encoded(xq, None), k=10, rerank=False, filter=flt).ids
         assert got == reopened.search(Encoded(xq, None), k=10, rerank=False, filter=flt).ids
+
+
+# -- on a CUDA machine (skipped here; the torch engine's CPU twin is tested above) --------------------
+@pytest.mark.gpu
+def test_gpu_filtered_search_equals_brute_force(dhr_index):
+    index, values, gates, rank = dhr_index
+    searcher = Searcher(index, device="cuda", float16=False)
+    xq, gq = random_rows(3, index.spec.dim, index.spec.gated_dim, seed=5, dtype=np.float32)
+    for share in SELECTIVITIES:
+        cut = int(share * N)
+        flt = filters.parse({"field": "rank", "range": {"lt": cut}}, index.field_types)
+        found = searcher.search(Encoded(xq, gq), k=10, candidates=100, filter=flt)
+        assert found.rows == brute_force(xq, gq, values, gates, np.flatnonzero(rank < cut), 10, 100, True), share

@@ -144,7 +144,11 @@ def test_documents_written_with_fields_are_filtered_and_returned(client):
 def test_the_openapi_document_shows_the_grammar_with_examples(client):
     schema = client.get("/openapi.json").json()
     search_body = schema["components"]["schemas"]["SearchRequest"]["properties"]
-    assert search_body["filter"]["examples"][0] == {"field": "kind", "eq": "function"}
+    examples = search_body["filter"]["examples"]
+    assert examples[0] == {"field": "topic", "eq": "function"} and {"field": "year", "range": {"gte": 0, "lt": 100}} \
+        in examples
+    for example in examples:  # every example is a valid filter of this index
+        assert search(client, filter=example).status_code == 200
     assert "any element" in search_body["filter"]["description"]
     components = schema["components"]["schemas"]
     # the schema states this index's fields: a leaf per field and operator, range on numbers only
@@ -157,6 +161,17 @@ def test_the_openapi_document_shows_the_grammar_with_examples(client):
     assert sorted(fields_items["enum"]) == ["draft", "score", "tags", "topic", "year"]
     written = components["DocumentFields"]["properties"]
     assert written["tags"]["anyOf"][0]["type"] == "array" and set(written) == set(fields_items["enum"])
+
+
+def test_filter_bench_reports_each_selectivity_against_unfiltered():
+    from densehybrid.bench import filter_bench
+
+    report = filter_bench.run(rows=1000, requests=2)
+    shares = {"unfiltered", *filter_bench.SELECTIVITIES}
+    for table in (report["http_request"], report["http_search_stage"], *report["in_process"].values()):
+        assert set(table) == shares
+        assert table["unfiltered"]["vs_unfiltered"] == 1.0
+        assert all(row["p50_ms"] > 0 and row["vs_unfiltered"] > 0 for row in table.values())
 
 
 @pytest.mark.slow
