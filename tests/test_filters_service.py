@@ -145,7 +145,7 @@ def test_the_openapi_document_shows_the_grammar_with_examples(client):
     schema = client.get("/openapi.json").json()
     search_body = schema["components"]["schemas"]["SearchRequest"]["properties"]
     examples = search_body["filter"]["examples"]
-    assert examples[0] == {"field": "topic", "eq": "function"} and {"field": "year", "range": {"gte": 0, "lt": 100}} \
+    assert examples[0] == {"field": "draft", "eq": True} and {"field": "score", "range": {"gte": 0, "lt": 100}} \
         in examples
     for example in examples:  # every example is a valid filter of this index
         assert search(client, filter=example).status_code == 200
