@@ -20,7 +20,7 @@ from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
-from densehybrid.index import commands
+from densehybrid.index import commands, filters
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexAccessError
@@ -136,6 +136,15 @@ def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Option
 MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 
 
+def _parse_filter(text: str, field_types: dict[str, str]):
+    try:
+        return filters.parse(json.loads(text), field_types)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--filter is not JSON ({exc})") from None
+    except filters.FilterError as exc:
+        raise typer.BadParameter(f"--{exc}") from None
+
+
 @with_encoder_options
 def search(
     query: str = typer.Argument(..., help="query text"),
@@ -149,6 +158,8 @@ def search(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
     fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
+    filter_json: Optional[str] = typer.Option(None, "--filter", help='a filter over the index\'s fields, as /search '
+                                              'takes it, e.g. \'{"field": "kind", "eq": "class"}\''),
     encoder: EncoderOptions = None,
 ) -> None:
     """Search an index with one query; prints rank, id, score, a snippet and the stage times.
@@ -157,10 +168,11 @@ def search(
     """
     try:
         index, model = _load(index_dir, encoder, milvus_uri, collection)
+        kept = {} if filter_json is None else {"filter": _parse_filter(filter_json, index.field_types)}
         searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
                                       theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"),
-                                      method=fusion)
+                                      method=fusion, **kept)
     except _KNOWN_ERRORS as exc:
         fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")

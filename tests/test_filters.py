@@ -3,6 +3,7 @@ over the filtered rows, for the Faiss (flat and PQ) and torch engines, at select
 
 import json
 import operator
+import re
 
 import numpy as np
 import pytest
@@ -426,3 +427,29 @@ def test_gpu_filtered_search_equals_brute_force(dhr_index):
         flt = filters.parse({"field": "rank", "range": {"lt": cut}}, index.field_types)
         found = searcher.search(Encoded(xq, gq), k=10, candidates=100, filter=flt)
         assert found.rows == brute_force(xq, gq, values, gates, np.flatnonzero(rank < cut), 10, 100, True), share
+
+
+def test_cli_builds_fields_and_searches_with_a_filter(tmp_path, fake_models):
+    from typer.testing import CliRunner
+
+    from densehybrid.cli.main import app
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", [{"kind": "class" if i % 3 else "function", "n": i}
+                                                      for i in range(30)])
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "build", "--model", "fake:dhr", "--corpus", str(corpus), "--out",
+                                str(tmp_path / "ix"), "--no-progress", "--field", "kind", "--field", "n"])
+    assert built.exit_code == 0, built.output
+    assert load_index(tmp_path / "ix").field_types == {"kind": "keyword", "n": "integer"}
+    found = runner.invoke(app, ["search", "--index", str(tmp_path / "ix"), "passage", "-k", "30",
+                                "--filter", '{"field": "kind", "eq": "function"}'])
+    assert found.exit_code == 0, found.output
+    shown = set(re.findall(r"\bd\d+\b", found.output))
+    assert shown == {f"d{i}" for i in range(0, 30, 3)}
+    bad = runner.invoke(app, ["search", "--index", str(tmp_path / "ix"), "x", "--filter", '{"field": "n", "eq": "1"}'])
+    assert bad.exit_code == 2 and "'n'" in bad.output
+    conflict = write_corpus(tmp_path / "conflict.jsonl", [{"n": 1}, {"n": "one"}])
+    failed = runner.invoke(app, ["index", "build", "--model", "fake:dhr", "--corpus", str(conflict), "--out",
+                                 str(tmp_path / "ix2"), "--no-progress", "--fields-from-metadata"])
+    assert failed.exit_code != 0 and "conflict.jsonl:2: field 'n'" in " ".join(failed.output.split())
+    assert not (tmp_path / "ix2").exists()
