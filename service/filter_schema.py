@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict,
                       StringConstraints, Tag, create_model, model_validator)
 
+from pydantic_core import PydanticCustomError
+
 from densehybrid.index import filters, payload
 
 
@@ -147,7 +149,7 @@ def prechecked(field_types: dict[str, str]):
         try:
             filters.parse(value, field_types)
         except filters.FilterError as exc:
-            raise ValueError(str(exc).removeprefix("filter: ")) from None
+            raise PydanticCustomError("invalid_filter", str(exc).removeprefix("filter: ")) from None
         return value
     return check
 
@@ -159,7 +161,7 @@ def known_names(field_types: dict[str, str]):
             unknown = [n for n in value if isinstance(n, str) and n not in field_types]
             if unknown:
                 known = ", ".join(sorted(field_types)) or "none"
-                raise ValueError(f"unknown field {unknown[0]!r} (the index's fields: {known})")
+                raise PydanticCustomError("unknown_field", f"unknown field {unknown[0]!r} (the index's fields: {known})")
         return value
     return check
 
