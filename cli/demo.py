@@ -33,7 +33,7 @@ def demo_dir() -> Path:
 
 def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     """Models fetched, corpus written and index built (or reused); returns the index directory."""
-    from densehybrid.cli.demo_corpus import write_stdlib_corpus
+    from densehybrid.cli.demo_corpus import FIELDS, write_stdlib_corpus
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.build import BuildOptions, build_index
     from densehybrid.index.errors import IndexAccessError
@@ -44,9 +44,12 @@ def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     index_dir = directory / "index"
     if index_dir.exists() and not rebuild:
         try:
-            load_index(index_dir, checksums=False)  # the server verifies checksums when it loads it
-            log.info("reusing the demo index at %s", index_dir)
-            return index_dir
+            kept = load_index(index_dir, checksums=False).field_types  # the server verifies checksums on load
+            if set(FIELDS) <= set(kept):
+                log.info("reusing the demo index at %s", index_dir)
+                return index_dir
+            log.warning("rebuilding the demo index: it lacks the filter fields %s", ", ".join(FIELDS))
+            rebuild = True
         except IndexAccessError as exc:
             log.warning("rebuilding the demo index: %s", exc)
     corpus = directory / "corpus.jsonl"
@@ -54,7 +57,7 @@ def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     log.info("building a fusion index of %d passages (a few minutes on 2 CPU cores; reused on the next run)", count)
     encoder = load_encoder(LEXICAL_MODEL, kind="fusion", dense_model=DENSE_MODEL)
     return build_index(encoder, corpus, index_dir, BuildOptions(lam=DEMO_LAMBDA, name="python-stdlib-docs",
-                                                                overwrite=True, resume=not rebuild))
+                                                                overwrite=True, resume=not rebuild, fields=FIELDS))
 
 
 def curl_examples(url: str) -> str:

@@ -2,7 +2,9 @@
 
 Passages are the docstrings of stdlib modules and of their public classes,
 methods and functions, in a fixed order, as BEIR ``corpus.jsonl`` lines (``_id`` is the
-qualified name). Modules with side effects on import are never imported.
+qualified name). Each line's ``metadata`` holds the passage's ``module`` and ``kind`` (module,
+class, function or method), which the demo index keeps as filterable fields.
+Modules with side effects on import are never imported.
 """
 
 from __future__ import annotations
@@ -65,15 +67,30 @@ def _module_names() -> list[str]:
     return names
 
 
+# the payload fields of the demo corpus (``index build --field``)
+FIELDS = ("module", "kind")
+
+
+def _kind(module: str, qualified: str) -> str:
+    """module, class, function or method: what a docstring of ``_module_docs(module)`` documents."""
+    parts = qualified[len(module):].lstrip(".").split(".") if qualified != module else []
+    if not parts:
+        return "module"
+    if len(parts) > 1:
+        return "method"
+    return "class" if inspect.isclass(getattr(sys.modules[module], parts[0], None)) else "function"
+
+
 def stdlib_passages(limit: int) -> Iterator[dict]:
-    """Up to ``limit`` passages ``{"_id", "title", "text"}`` with at least 8 words each."""
+    """Up to ``limit`` passages ``{"_id", "title", "text", "metadata"}`` with at least 8 words each."""
     count = 0
     for name in _module_names():
         for qualified, doc in _module_docs(name):
             text = _passage(doc)
             if len(text.split()) < 8:
                 continue
-            yield {"_id": qualified, "title": qualified, "text": text}
+            yield {"_id": qualified, "title": qualified, "text": text,
+                   "metadata": {"module": name, "kind": _kind(name, qualified)}}
             count += 1
             if count >= limit:
                 return

@@ -21,7 +21,7 @@ from densehybrid.cli.errors import fail
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index import commands
+from densehybrid.index import commands, filters
 from densehybrid.index.build import BuildOptions, build_index
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexAccessError
@@ -98,6 +98,11 @@ def index_build(
     default_prompt_name: Optional[str] = typer.Option(None, "--default-prompt-name",
                                                       help="the named prompt queries get (default: 'query')"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    field: list[str] = typer.Option([], "--field", help="keep this field of each line's metadata object as a "
+                                    "filterable payload column (repeatable; type inferred: keyword, integer, float, "
+                                    "bool or keyword list)"),
+    fields_from_metadata: bool = typer.Option(False, "--fields-from-metadata",
+                                              help="keep every field found in the metadata objects (as --field)"),
     ray: Optional[str] = typer.Option(None, "--ray", help="encode on Ray Data: local (this machine's CPUs), "
                                       "auto or ADDRESS (a running cluster); needs the [ray] extra"),
     ray_batch_size: Optional[int] = typer.Option(None, "--ray-batch-size", min=1,
@@ -113,7 +118,8 @@ def index_build(
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None,
                            name=name, progress=not no_progress, fusion_method=fusion,
-                           prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name))
+                           prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
+                           fields=tuple(field), fields_from_metadata=fields_from_metadata)
     try:
         model = commands.load_model(encoder.config, encoder.device)
         start = time.perf_counter()
@@ -158,6 +164,15 @@ def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Option
 MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 
 
+def _parse_filter(text: str, field_types: dict[str, str]):
+    try:
+        return filters.parse(json.loads(text), field_types)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--filter is not JSON ({exc})") from None
+    except filters.FilterError as exc:
+        raise typer.BadParameter(f"--{exc}") from None
+
+
 @with_encoder_options
 def search(
     query: str = typer.Argument(..., help="query text"),
@@ -171,6 +186,8 @@ def search(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
     fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
+    filter_json: Optional[str] = typer.Option(None, "--filter", help='a filter over the index\'s fields, as /search '
+                                              'takes it, e.g. \'{"field": "kind", "eq": "class"}\''),
     encoder: EncoderOptions = None,
 ) -> None:
     """Search an index with one query; prints rank, id, score, a snippet and the stage times.
@@ -179,10 +196,11 @@ def search(
     """
     try:
         index, model = _load(index_dir, encoder, milvus_uri, collection)
+        kept = {} if filter_json is None else {"filter": _parse_filter(filter_json, index.field_types)}
         searcher = Searcher(index, device=resolve_search_device(search_device, index))
         found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
                                       theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"),
-                                      method=fusion)
+                                      method=fusion, **kept)
     except _KNOWN_ERRORS as exc:
         fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")

@@ -26,7 +26,8 @@ from densehybrid.index import documents, files, fusion, lambda_auto, shards
 from densehybrid.index.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.jsonl import read_jsonl
+from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
+from densehybrid.index.payload import Payload, PayloadBuilder, PayloadError
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,28 @@ class BuildOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    # metadata fields kept as payload columns for filters (index.payload); fields_from_metadata keeps all
+    fields: tuple[str, ...] = ()
+    fields_from_metadata: bool = False
 
 
 def read_corpus(path: Path) -> Iterator[Document]:
     """BEIR ``corpus.jsonl``: one JSON object per line with ``_id``, optional ``title``, ``text``."""
     for row in read_jsonl(path, required=("_id",), what="a corpus line with _id and text", error=IndexWriteError):
         yield Document(str(row["_id"]), str(row.get("title") or ""), str(row.get("text") or ""))
+
+
+def read_payload(path: Path, names: Sequence[str] | None) -> Payload:
+    """The ``metadata`` fields ``names`` (None: every field found) of each corpus line, as typed columns;
+    a value of another type than the field's earlier ones is an IndexWriteError naming field and line."""
+    try:
+        builder = PayloadBuilder(names)
+        for number, row in read_numbered_jsonl(path, required=("_id",), what="a corpus line with _id and text",
+                                               error=IndexWriteError):
+            builder.add(row.get("metadata"), f"{path}:{number}")
+        return builder.finish()
+    except PayloadError as exc:
+        raise IndexWriteError(str(exc)) from exc
 
 
 def count_corpus(path: Path) -> int:
@@ -141,6 +158,9 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     fusion_info = fusion_record(encoder.spec, options.fusion_method)
+    # read first: a field whose type changes halfway through the corpus fails before any encoding
+    payload = (read_payload(corpus, None if options.fields_from_metadata else options.fields)
+               if options.fields or options.fields_from_metadata else None)
     total = count_corpus(corpus)
     work = shards.work_dir(out)
     shards.start(work, build_state(encoder, corpus, options), resume=options.resume)
@@ -151,12 +171,16 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
     lam, lam_info = _lambda(encoder, staged, options)
+    fields_info = {}
+    if payload is not None:
+        payload.write(staged)
+        fields_info = {"fields": payload.schema}
     files.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
         first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
-               **fusion_info, **prompts_record(options.prompts)},
+               **fusion_info, **prompts_record(options.prompts), **fields_info},
     )
     files.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
@@ -166,8 +190,9 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
-                      shard_size: int = 65_536, fusion_method: str = "lambda") -> Path:
-    """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools)."""
+                      shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None) -> Path:
+    """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
+    ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)
     if out.exists():
         raise IndexWriteError(f"{out}: already exists")
@@ -179,9 +204,15 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         part = encoded[s:s + shard_size]
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
+    fields_info = {}
+    if payload is not None and payload.columns:
+        if payload.count != len(docs):
+            raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
+        payload.write(staged)
+        fields_info = {"fields": payload.schema}
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
-                         extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method)})
+                         extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})
     files.publish(staged, out)
     shards.finish(work)
     return out

@@ -29,6 +29,7 @@ import numpy as np
 from densehybrid.index import errors, files, shards
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.local import IndexFiles
+from densehybrid.index.payload import Payload
 from densehybrid.index.wal import fsync_directory
 
 _CHUNK_ROWS = 65_536
@@ -78,6 +79,10 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     spec = base.spec
     staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
                              pq=_pq_config(base.manifest["first_stage"]))
+    schema = base.field_types
+    if schema:  # the kept rows' columns, then the fields the written documents carried
+        rows = base.field_values(keep, list(schema)) + [d.fields for d in delta.docs]
+        Payload.from_rows(schema, rows).write(staged)
     extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
                          first_stage=base.manifest["first_stage"], extra={**extra, "writes": {"applied_seq": applied_seq}})

@@ -20,7 +20,9 @@ import numpy as np
 from densehybrid.encoder.base import Encoded
 from densehybrid.index import gip
 from densehybrid.index.documents import Document
+from densehybrid.index.filters import Filter, row_mask
 from densehybrid.index.fusion import PER_QUERY_METHODS
+from densehybrid.index.payload import Payload
 from densehybrid.index.searcher import MAX_CANDIDATES, Searcher, resolve_method
 from densehybrid.index.served import SearchResults, StoredIndex
 from densehybrid.index.wal import Change
@@ -42,6 +44,13 @@ class Delta:
     changes: int = 0
     row_of: dict[str, int] = field(default_factory=dict)
     values16: np.ndarray | None = None  # values as a stored generation holds them (the rerank reads these)
+    _payload: list = field(default_factory=list, compare=False, repr=False)  # the columns, once built
+
+    def payload(self, schema: dict[str, str]) -> Payload:
+        """The delta rows' field values as columns (built on first use; a delta never changes)."""
+        if not self._payload:
+            self._payload.append(Payload.from_rows(schema, [d.fields for d in self.docs]))
+        return self._payload[0]
 
     def __post_init__(self):
         if self.values is not None and self.values16 is None:
@@ -128,14 +137,18 @@ def _delta_first_stage(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.
 
 
 def _delta_hits(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
-                candidates: int, theta: float, second: bool) -> tuple[np.ndarray, np.ndarray]:
+                candidates: int, theta: float, second: bool,
+                kept: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, delta rows) (Q, m) of the delta, two stages like the base: the top ``candidates`` of the
-    first stage, reranked by exact GIP (on float16 values, as a stored generation holds them)."""
+    first stage, reranked by exact GIP (on float16 values, as a stored generation holds them).
+    ``kept``: the delta rows a filter keeps (None: all)."""
     scores = _delta_first_stage(searcher, delta, xq, gq, first_stage, theta)
     rows = np.broadcast_to(np.arange(len(delta), dtype=np.int64), scores.shape)
+    if kept is not None:
+        scores, rows = scores[:, kept], np.broadcast_to(kept.astype(np.int64), (len(xq), len(kept)))
     if not second:
         return scores, rows
-    if candidates < len(delta):
+    if candidates < rows.shape[1]:
         scores, rows = gip.sort_by_score(scores, np.ascontiguousarray(rows), candidates)
     return gip.score_rows(xq, gq, delta.values16, delta.gates, np.ascontiguousarray(rows)), rows
 
@@ -149,34 +162,42 @@ def live_ids(base: StoredIndex, delta: Delta, rows: Sequence[int]) -> list[str]:
 def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int, offset: int = 0,
                   first_stage: str = "ip", candidates: int = 1000, theta: float = 0.1, rerank: bool = True,
                   lam: float | None = None, method: str | None = None,
-                  dense_weight: float | None = None, rrf_k: float | None = None) -> SearchResults:
+                  dense_weight: float | None = None, rrf_k: float | None = None,
+                  filter: Filter | None = None) -> SearchResults:
     """Hits ``offset`` to ``offset + k`` of the base (hidden rows dropped) and the delta together, same
     scoring as the base; equal scores in row order (base rows first, then the delta's).
 
     A per-query fusion (``zscore``, ``minmax``, ``adaptive``, ``rrf``) scores each hit relative to the
     base's candidates alone, so it cannot rank delta rows beside them: while changes are pending (until
     the next compaction) a fused index ranks by the raw λ sum, the scoring delta rows share with the base.
+    A ``filter`` applies to the base's search and to the delta rows alike (each by its own columns).
     """
     if delta.empty:
         return searcher.search(queries, k=k, offset=offset, first_stage=first_stage, candidates=candidates,
                                theta=theta, rerank=rerank, lam=lam, method=method, dense_weight=dense_weight,
-                               rrf_k=rrf_k)
+                               rrf_k=rrf_k, filter=filter)
     if resolve_method(searcher.index, method, lam) in PER_QUERY_METHODS:
         lam = searcher.index.lam if lam is None else lam
     hidden = len(delta.hidden)
     base = searcher.index
     ranked = offset + k  # the merged hits a page is cut from
     found = searcher.search(queries, k=min(ranked + hidden, max(base.count, 1)), first_stage=first_stage,
-                            candidates=min(candidates + hidden, MAX_CANDIDATES), theta=theta, rerank=rerank, lam=lam)
+                            candidates=min(candidates + hidden, MAX_CANDIDATES), theta=theta, rerank=rerank, lam=lam,
+                            filter=filter)
     started = time.perf_counter()
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)
+    kept = None if filter is None else np.flatnonzero(row_mask(filter, delta.payload(base.field_types)))
+    selectivity = None
+    if filter is not None:
+        base_kept = found.selectivity * base.count if found.selectivity is not None else 0.0
+        selectivity = (base_kept + len(kept)) / max(1, base.count + len(delta))
     with_parts = found.lexical_scores is not None
     xq = searcher.scale(queries.values, lam)
     gq = queries.gates if searcher.reranks else None
-    if len(delta):
+    if len(delta) and (kept is None or len(kept)):
         extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, first_stage, candidates, theta,
-                                               rerank and searcher.reranks)
+                                               rerank and searcher.reranks, kept)
     ids, scores, rows, lexical, dense = [], [], [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
@@ -197,4 +218,5 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
                             for j, r in enumerate(rows[-1])])
     timing = dict(found.timing)
     timing["search_ms"] = timing.get("search_ms", 0.0) + (time.perf_counter() - started) * 1000
-    return SearchResults(ids, scores, rows, timing, *((lexical, dense) if with_parts else (None, None)))
+    return SearchResults(ids, scores, rows, timing, *((lexical, dense) if with_parts else (None, None)),
+                         selectivity=selectivity)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DOCS = "docs.sqlite"
@@ -16,6 +16,8 @@ class Document:
     id: str
     title: str
     text: str
+    # payload field values of a document written to a live index (``index.payload``); stored ones live in columns
+    fields: dict | None = field(default=None, compare=False)
 
 
 class DocTable:

@@ -9,6 +9,7 @@ Layout of a published index::
     first_stage.faiss   IndexFlatIP over float32 values (or IndexPQ)
     doc_ids.json    ids in row order
     docs.sqlite     table docs(row, id, title, text)
+    fields.npz      typed payload columns (``index.payload``), only when the manifest lists ``fields``
 
 Writers put files into a directory (the texts through ``index.documents``) and call :func:`write_manifest` last;
 :func:`publish` renames the finished directory into place. :func:`load_index`
@@ -36,6 +37,7 @@ from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError, IndexWriteError
 from densehybrid.index.local import IndexFiles
+from densehybrid.index.payload import PAYLOAD, Payload, load_payload
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,7 @@ def verify_files(directory: Path, manifest: dict, *, checksums: bool = True) -> 
     """Every listed file exists with its size (and sha256); required files are listed."""
     listed = manifest["files"]
     required = {VALUES, FIRST_STAGE, DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
+    required |= {PAYLOAD} if manifest.get("fields") else set()
     missing = sorted(required - set(listed))
     if missing:
         raise _fail(directory / MANIFEST, f"does not list required files {missing}")
@@ -196,6 +199,16 @@ def _open_docs(path: Path, count: int) -> DocTable:
     return docs
 
 
+def _load_payload(directory: Path, manifest: dict, count: int) -> Payload:
+    schema = manifest.get("fields") or {}
+    if not isinstance(schema, dict):
+        raise _fail(directory / MANIFEST, "'fields' is not an object of field names and types")
+    try:
+        return load_payload(directory / PAYLOAD, schema, count)
+    except (OSError, ValueError) as exc:
+        raise _fail(directory / PAYLOAD, f"unreadable payload columns ({exc})") from exc
+
+
 def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles:
     """Open and verify an index directory (manifest, sizes, sha256, shapes, counts).
 
@@ -224,6 +237,7 @@ def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles
         values=values, gates=gates,
         faiss=_load_faiss(directory / FIRST_STAGE, count, dim),
         docs=_open_docs(directory / DOCS, count),
+        payload=_load_payload(directory, manifest, count),
     )
     log.info("loaded index %s: %d documents, kind %s, dim %d (gated %d)", index.name, count, spec.kind, dim, gated)
     return index

@@ -136,13 +136,15 @@ def _approx_chunk(qv: torch.Tensor, qg: torch.Tensor | None, pv: torch.Tensor, p
     return scores
 
 
-def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, theta: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, theta: float, k: int,
+                mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Approximate-GIP first stage over the whole index (docs/concepts.md).
 
     Only gated query dims with ``q[j] > theta`` take part (each still gated); the open
     ([CLS]/dense) dims always take part. Scans ``values`` in row chunks.
     xq (Q, dim) float32, gq (Q, G) -> (scores, rows) (Q, min(k, N)), sorted as ``sort_by_score``
     (rows tied exactly at the k-th score are kept by ``torch.topk``, deterministically).
+    ``mask`` (N,) bool: only those rows compete (the others score -inf and come back as row -1).
     """
     gated_dim = 0 if gates is None else gates.shape[1]
     n = values.shape[0]
@@ -162,12 +164,15 @@ def approx_topk(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates
             pv = torch.from_numpy(values[s:s + _ROWS_PER_SCAN_CHUNK, cols].astype(np.float32))
             pg = None if gates is None else torch.from_numpy(gates[s:s + _ROWS_PER_SCAN_CHUNK, cols[:used]])
             chunk = _approx_chunk(qv, qg, pv, pg, theta, used)
+            if mask is not None:
+                chunk.masked_fill_(~torch.from_numpy(np.array(mask[s:s + pv.shape[0]])), float("-inf"))
             chunk_rows = torch.arange(s, s + pv.shape[0]).expand(xq.shape[0], -1)
             merged = torch.cat([best_scores, chunk], 1)
             merged_rows = torch.cat([best_rows, chunk_rows], 1)
             top = torch.topk(merged, min(merged.shape[1], k), dim=1, sorted=False)
             best_scores, best_rows = top.values, torch.gather(merged_rows, 1, top.indices)
-    return sort_by_score(best_scores.numpy(), best_rows.numpy(), k)
+    scores = best_scores.numpy()
+    return sort_by_score(scores, np.where(np.isneginf(scores), -1, best_rows.numpy()), k)
 
 
 def hit_part_scores(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None,
@@ -196,4 +201,3 @@ def hit_part_scores(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, g
         open_part = np.asarray(values[hit_rows, gated_dim:], dtype=np.float64)
         dense[q, keep] = np.einsum("md,d->m", open_part, x[gated_dim:])
     return lexical, dense
-

@@ -10,6 +10,13 @@ from pathlib import Path
 def read_jsonl(path: str | Path, *, required: tuple[str, ...], what: str,
                error: type[Exception] = ValueError) -> Iterator[dict]:
     """Each non-blank line's object, in file order; ``error`` names ``path:line`` when one is not ``what``."""
+    for _, row in read_numbered_jsonl(path, required=required, what=what, error=error):
+        yield row
+
+
+def read_numbered_jsonl(path: str | Path, *, required: tuple[str, ...], what: str,
+                        error: type[Exception] = ValueError) -> Iterator[tuple[int, dict]]:
+    """:func:`read_jsonl` with each object's line number."""
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -23,4 +30,4 @@ def read_jsonl(path: str | Path, *, required: tuple[str, ...], what: str,
                     raise KeyError(", ".join(missing))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise error(f"{path}:{number}: not {what} ({type(exc).__name__}: {exc})") from exc
-            yield row
+            yield number, row

@@ -151,6 +151,15 @@ class LiveIndex(ManifestView, ServedIndex):
         state = self._state
         return live_ids(state.base, state.delta, rows)
 
+    def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
+        """Field values of live rows: the base's columns, and the fields each written document carried."""
+        state = self._state
+        count = state.base.count
+        base_values = iter(state.base.field_values([r for r in rows if r < count], names))
+        return [next(base_values) if r < count
+                else {n: v for n, v in (state.delta.docs[r - count].fields or {}).items() if n in names}
+                for r in rows]
+
     def locate(self, row: int):
         """(an index-like object, its row) for a live row number, for ``index.explain``."""
         state = self._state

@@ -13,6 +13,8 @@ from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index.documents import DocTable
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
+from densehybrid.index.filters import Filter, Selection, select_rows
+from densehybrid.index.payload import Payload
 from densehybrid.index.searcher import Searcher
 from densehybrid.index.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
 from densehybrid.index.vector_store import VectorStore
@@ -30,6 +32,7 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     gates: np.ndarray | None
     faiss: faiss.Index
     docs: DocTable
+    payload: Payload | None = None
     _row_by_id: dict[str, int] | None = field(default=None, repr=False)
     _searcher: Searcher | None = field(default=None, repr=False)
 
@@ -50,6 +53,18 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
 
     def healthy(self) -> bool:
         return True
+
+    def select(self, node: Filter) -> Selection:
+        """The rows ``node`` keeps (a mask over the payload columns)."""
+        return select_rows(node, self._payload())
+
+    def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
+        return self._payload().rows(rows, names)
+
+    def _payload(self) -> Payload:
+        if self.payload is None:
+            self.payload = Payload.empty(self.count)
+        return self.payload
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.index import filters, payload
 from densehybrid.index.documents import Document
 from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect, load_pymilvus
 from densehybrid.index.errors import IndexAccessError, IndexLoadError, SearchError
@@ -34,6 +35,7 @@ META_SUFFIX = "__meta"
 MANIFEST_KEY = "manifest"
 TEXT_MAX = 65_535
 ID_MAX = 512
+KEYWORD_BYTES = 4 * payload.MAX_KEYWORD_CHARS  # VARCHAR lengths are in bytes; UTF-8 takes up to 4 a character
 
 
 # -- export ----------------------------------------------------------------------------
@@ -48,7 +50,34 @@ def _meta_schema(client, pymilvus):
     return schema, params
 
 
-def _rows_schema(client, pymilvus, dim: int, gated_dim: int):
+def _add_payload_fields(schema, pymilvus, field_types: dict[str, str], list_capacity: int) -> None:
+    """A typed scalar field per payload field, and a BOOL saying whether the row has a value (Milvus
+    has no absent value for every type, so an absent one is stored as the type's zero and ``has_`` false)."""
+    t = pymilvus.DataType
+    for name, kind in field_types.items():
+        column = filters.milvus_field(name)
+        if kind == "keyword":
+            schema.add_field(column, t.VARCHAR, max_length=KEYWORD_BYTES)
+        elif kind == "keyword_list":
+            schema.add_field(column, t.ARRAY, element_type=t.VARCHAR, max_capacity=max(1, list_capacity),
+                             max_length=KEYWORD_BYTES)
+        else:
+            schema.add_field(column, {"integer": t.INT64, "float": t.DOUBLE, "bool": t.BOOL}[kind])
+        schema.add_field(filters.milvus_present(name), t.BOOL)
+
+
+_ZERO = {"keyword": "", "keyword_list": [], "integer": 0, "float": 0.0, "bool": False}
+
+
+def _list_capacity(index: IndexFiles) -> int:
+    """The longest keyword list of the index (a Milvus ARRAY field declares its capacity)."""
+    columns = index.payload.columns if index.payload is not None else {}
+    return max((int(np.diff(c.offsets).max(initial=0)) for c in columns.values() if c.kind == "keyword_list"),
+               default=0)
+
+
+def _rows_schema(client, pymilvus, dim: int, gated_dim: int, field_types: dict[str, str] | None = None,
+                 list_capacity: int = 0):
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("row", pymilvus.DataType.INT64, is_primary=True)
     schema.add_field("doc_id", pymilvus.DataType.VARCHAR, max_length=ID_MAX)
@@ -57,6 +86,7 @@ def _rows_schema(client, pymilvus, dim: int, gated_dim: int):
     schema.add_field("vector", pymilvus.DataType.FLOAT_VECTOR, dim=dim)
     if gated_dim:
         schema.add_field("gates", pymilvus.DataType.ARRAY, element_type=pymilvus.DataType.INT16, max_capacity=gated_dim)
+    _add_payload_fields(schema, pymilvus, field_types or {}, list_capacity)
     params = client.prepare_index_params()
     params.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
     return schema, params
@@ -89,13 +119,18 @@ def _exact_vectors(index: IndexFiles, start: int, stop: int) -> np.ndarray:
 def _entities(index: IndexFiles, start: int, stop: int) -> list[dict]:
     vectors = _exact_vectors(index, start, stop)
     docs = index.docs.get_many(index.doc_ids[start:stop])
+    field_types = index.field_types
+    payload = index.field_values(range(start, stop), list(field_types)) if field_types else [{}] * (stop - start)
     out = []
-    for offset, (doc, vector) in enumerate(zip(docs, vectors)):
+    for offset, (doc, vector, fields) in enumerate(zip(docs, vectors, payload)):
         row = start + offset
         entity = {"row": row, "doc_id": index.doc_ids[row], "title": doc.title if doc else "",
                   "text": doc.text if doc else "", "vector": vector.tolist()}
         if index.gates is not None:
             entity["gates"] = [int(g) for g in index.gates[row]]
+        for name, kind in field_types.items():
+            entity[filters.milvus_field(name)] = fields.get(name, _ZERO[kind])
+            entity[filters.milvus_present(name)] = name in fields
         out.append(entity)
     return out
 
@@ -129,7 +164,8 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
                               "drop it or choose another --collection")
     if record is None:
         for name, (schema, params) in ((collection + META_SUFFIX, _meta_schema(client, pymilvus)),
-                                       (collection, _rows_schema(client, pymilvus, index.spec.dim, index.spec.gated_dim))):
+                                       (collection, _rows_schema(client, pymilvus, index.spec.dim, index.spec.gated_dim,
+                                                                 index.field_types, _list_capacity(index)))):
             if call(uri, "has_collection", client.has_collection, name):
                 call(uri, "drop_collection", client.drop_collection, name)  # left by an export killed at creation
             # Strong: a reader (a resumed export, a server starting) sees every finished write
@@ -222,6 +258,22 @@ class MilvusIndex(ManifestView, DocumentLookup, StoredIndex):
 
     def healthy(self) -> bool:
         return self.store.healthy()
+
+    def select(self, node: filters.Filter) -> filters.Selection:
+        """The filter as a Milvus expression over the exported scalar fields, and how many rows match."""
+        expression = filters.to_milvus(node, self.field_types)
+        return filters.Selection(self.store.count(expression), self.count, expression=expression)
+
+    def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
+        columns = [c for n in names for c in (filters.milvus_field(n), filters.milvus_present(n))]
+        entities = self.store.fetch(rows, columns)
+        kinds = self.field_types
+
+        def plain(name: str, value):  # the client's array type -> a JSON list
+            return [str(v) for v in value] if kinds[name] == "keyword_list" else value
+
+        return [{n: plain(n, entities[int(r)][filters.milvus_field(n)]) for n in names
+                 if entities[int(r)][filters.milvus_present(n)]} for r in rows]
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:

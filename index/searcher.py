@@ -24,6 +24,7 @@ import numpy as np
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
+from densehybrid.index.filters import Filter, Selection
 from densehybrid.index.served import SearchResults, StoredIndex
 from densehybrid.index.vector_store import VectorStore
 
@@ -147,13 +148,16 @@ class Searcher:
         if self.reranks and (queries.gates is None or queries.gates.shape != (len(queries), self.spec.gated_dim)):
             raise IndexMismatchError(f"the index needs query gates of {self.spec.gated_dim} dims")
 
-    def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float):
+    def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float,
+                     selection: Selection | None = None):
+        # a filter's rows are passed only when it drops some: the unfiltered calls stay as they were
+        kept = {} if selection is None else {"selection": selection}
         if first_stage == "approx_gip":
-            return self.store.approx_gip(xq, gq, theta, depth)
-        return self.store.inner_product(xq, depth)
+            return self.store.approx_gip(xq, gq, theta, depth, **kept)
+        return self.store.inner_product(xq, depth, **kept)
 
     def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                            theta: float) -> tuple[np.ndarray, np.ndarray]:
+                            theta: float, selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The first stage's top ``depth`` in the one order of every engine: score, then row.
 
         Which rows of a run of equal scores make the cut is each engine's choice (Faiss, torch and
@@ -162,13 +166,13 @@ class Searcher:
         One row past the cut shows whether the cut runs through such a run; then the run is read
         whole (up to ``MAX_TIE_DEPTH`` rows) and the lowest rows of it are kept.
         """
-        n = self.index.count
+        n = self.index.count if selection is None else selection.count
         probe = min(n, depth + 1)
-        scores, rows = self._first_stage(xq, gq, first_stage, probe, theta)
+        scores, rows = self._first_stage(xq, gq, first_stage, probe, theta, selection)
         if probe > depth and _tied_at_cut(scores, rows, depth):
             wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
             if wider > probe:
-                scores, rows = self._first_stage(xq, gq, first_stage, wider, theta)
+                scores, rows = self._first_stage(xq, gq, first_stage, wider, theta, selection)
         return scores[:, :depth], rows[:, :depth]
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
@@ -182,7 +186,7 @@ class Searcher:
         return lexical if method == "lexical" else dense
 
     def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                                theta: float) -> np.ndarray:
+                                theta: float, selection: Selection | None = None) -> np.ndarray:
         """Candidate rows (Q, ≤ 2·depth) of a normalised fusion: the union of each part's own top ``depth``.
 
         The λ sum's top list is mostly the lexical part's (its scores are the larger), so it loses
@@ -191,9 +195,9 @@ class Searcher:
         """
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         # one row past the cut shows whether the cut runs through tied scores (see _above_the_cut)
-        probe = min(depth + 1, self.index.count)
-        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta), depth)
-        dense_rows = _above_the_cut(*self.store.inner_product(dense, probe), depth)
+        probe = min(depth + 1, self.index.count if selection is None else selection.count)
+        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta, selection), depth)
+        dense_rows = _above_the_cut(*self._first_stage(dense, None, "ip", probe, theta, selection), depth)
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
@@ -205,17 +209,16 @@ class Searcher:
         fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, rrf_k=rrf_k, valid=valid)
         return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
 
-    @property
-    def has_parts(self) -> bool:
-        """Whether the index's rows have a lexical and a dense part whose scores each hit reports."""
-        return self.spec.kind in SCALED_KINDS
-
     def search(self, queries: Encoded, *, k: int = 10, offset: int = 0, first_stage: FirstStage = "ip",
                candidates: int = 1000, theta: float = 0.1, rerank: bool = True, lam: float | None = None,
                method: str | None = None, dense_weight: float | None = None,
-               rrf_k: float | None = None) -> SearchResults:
+               rrf_k: float | None = None, filter: Filter | None = None) -> SearchResults:
         """Hits ``offset`` to ``offset + k`` per query (a page of the score-then-row order). ``candidates``
         (K1) is the first-stage depth when reranking, raised to ``offset + k``.
+
+        ``filter`` (``index.filters``) keeps only the rows it matches, before any top-k: every stage
+        sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
+        stage returns all of them when they are fewer than ``candidates``).
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
@@ -230,13 +233,18 @@ class Searcher:
         rrf_k = self.index.rrf_k if rrf_k is None else rrf_k
         if not (np.isfinite(rrf_k) and rrf_k >= 0):
             raise SearchError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
-        n = self.index.count
+        selection = None if filter is None else self.index.select(filter)
+        selectivity = None if selection is None else selection.fraction
+        if selection is not None and selection.everything:
+            selection = None
+        n = self.index.count if selection is None else selection.count
         if len(queries) == 0 or n <= offset:
             def empty() -> list[list]:
                 return [[] for _ in range(len(queries))]
 
             parts = (empty(), empty()) if self.has_parts else (None, None)
-            return SearchResults(empty(), empty(), empty(), {"search_ms": 0.0, "rerank_ms": 0.0}, *parts)
+            return SearchResults(empty(), empty(), empty(), {"search_ms": 0.0, "rerank_ms": 0.0}, *parts,
+                                 selectivity=selectivity)
         scaled = self.scale(queries.values, lam)
         xq = self._part_query(scaled, method)
         gq = queries.gates if self.reranks else None
@@ -246,11 +254,11 @@ class Searcher:
         fused = second and method in fusion.PER_QUERY_METHODS
         start = time.perf_counter()
         if fused:
-            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta)
+            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta, selection)
         elif second:
-            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta)
+            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta, selection)
         else:
-            scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta)
+            scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta, selection)
         search_ms = _ms(start)
         start = time.perf_counter()
         if fused:
@@ -263,7 +271,9 @@ class Searcher:
         parts = list(self.store.hit_parts(scaled, gq, rows)) if self.has_parts else None
         rerank_ms = _ms(start)
         timing = {"search_ms": search_ms + (0.0 if second else rerank_ms), "rerank_ms": rerank_ms if second else 0.0}
-        return self._results(scores, rows, timing, parts)
+        found = self._results(scores, rows, timing, parts)
+        found.selectivity = selectivity
+        return found
 
     def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float],
                  parts: list[np.ndarray] | None = None) -> SearchResults:

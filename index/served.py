@@ -19,6 +19,7 @@ from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_RRF_K
 
 if TYPE_CHECKING:
     from densehybrid.index.documents import Document
+    from densehybrid.index.filters import Filter, Selection
     from densehybrid.index.vector_store import VectorStore
 
 
@@ -36,6 +37,7 @@ class SearchResults:
     timing: dict[str, float] = field(default_factory=dict)
     lexical_scores: list[list[float]] | None = None
     dense_scores: list[list[float]] | None = None
+    selectivity: float | None = None  # the fraction of rows a filter kept (None: no filter)
 
 
 class ManifestView:
@@ -76,6 +78,11 @@ class ManifestView:
     def rrf_k(self) -> float:
         """The constant ``k`` of reciprocal-rank fusion (``rrf``) when a search gives none."""
         return float(self.manifest.get("fusion", {}).get("rrf_k", DEFAULT_RRF_K))
+
+    @property
+    def field_types(self) -> dict[str, str]:
+        """The payload fields a filter can name, with their types (``index.payload``); {} for none."""
+        return dict(self.manifest.get("fields") or {})
 
 
 class DocumentLookup:
@@ -146,6 +153,12 @@ class ServedIndex(Protocol):
     def healthy(self) -> bool:
         """Whether the index answers now (a local one always does)."""
 
+    @property
+    def field_types(self) -> dict[str, str]: ...
+
+    def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
+        """{field: value} of each row for ``names`` (absent fields left out)."""
+
 
 @runtime_checkable
 class StoredIndex(ServedIndex, Protocol):
@@ -158,3 +171,6 @@ class StoredIndex(ServedIndex, Protocol):
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:
         """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``)."""
+
+    def select(self, node: Filter) -> Selection:
+        """The rows a filter keeps, in the form this index's store takes (``index.filters``)."""

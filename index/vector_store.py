@@ -7,7 +7,9 @@ takes one from the index when it is built and never asks which it has.
 
 Shared conventions: ``xq (Q, dim)`` float32 queries, already λ-scaled; ``gq (Q, G)`` uint8
 query gates or None; ``rows (Q, K)`` int64 index rows, -1 for none. Results are sorted by
-score descending, ties by row ascending, -1 rows (score -inf) last.
+score descending, ties by row ascending, -1 rows (score -inf) last. ``selection``
+(:class:`~densehybrid.index.filters.Selection`) restricts a first stage to a filter's rows
+before its top-k: a mask for the local stores, an expression for Milvus.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from densehybrid.index.filters import Selection
+
 
 @runtime_checkable
 class VectorStore(Protocol):
-    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def inner_product(self, xq: np.ndarray, depth: int,
+                      selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         """First stage by plain inner product -> scores, rows (Q, min(depth, N))."""
 
-    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float,
-                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float, depth: int,
+                   selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         """First stage by approximate GIP (gated query dims above ``theta`` only) -> scores, rows;
         raises :class:`~densehybrid.index.errors.SearchError` where the store cannot."""
 

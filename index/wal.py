@@ -64,7 +64,8 @@ class Change:
 
 def encode_change(change: Change) -> bytes:
     """Change -> payload: a JSON header (length-prefixed), then the raw values and gates."""
-    header = {"seq": change.seq, "op": change.op, "docs": [[d.id, d.title, d.text] for d in change.docs]}
+    header = {"seq": change.seq, "op": change.op,
+              "docs": [[d.id, d.title, d.text, *([d.fields] if d.fields else [])] for d in change.docs]}
     arrays = b""
     if change.values is not None:
         values = np.ascontiguousarray(change.values, dtype=np.float32)

@@ -13,6 +13,8 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
+from densehybrid.index import filters
+from densehybrid.service import filter_schema
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                         StoreUnavailable)
@@ -159,6 +161,9 @@ def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[d
         if body.explain:
             for hit, row in zip(hits, rows):
                 hit["explanation"] = _explanation(rt, encoded[q:q + 1], int(row), lam)
+        if body.fields:
+            for hit, values in zip(hits, rt.index.field_values(rows, body.fields)):
+                hit["fields"] = values
         per_query.append(hits)
     return per_query
 
@@ -173,7 +178,7 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
     params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion,
-                          body.offset, body.rrf_k)
+                          body.offset, body.rrf_k, filter=search_filter(index, body))
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
@@ -181,6 +186,21 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         per_query = [[] for _ in texts]
     return {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
             "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind}}
+
+
+def search_filter(index, body):
+    """The request's filter checked against the index's fields (and its ``fields`` names): 422 naming the field."""
+    known = index.field_types
+    unknown = [name for name in body.fields or () if name not in known]
+    if unknown:
+        raise InvalidRequest(f"fields: unknown field {unknown[0]!r} (the index's fields: "
+                             f"{', '.join(sorted(known)) or 'none'})")
+    if body.filter is None:
+        return None
+    try:
+        return filters.parse(filter_schema.as_json(body.filter), known)
+    except filters.FilterError as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 # -- /explain ------------------------------------------------------------------
@@ -206,7 +226,7 @@ def info(rt: Runtime) -> dict:
                   "device": rt.encoder.device, "backend": rt.encoder.backend, "max_query_length": spec.max_query_length,
                   "max_passage_length": spec.max_passage_length, "truncation": TRUNCATION_NOTE},
         "index": None if index is None else {"name": index.name, "documents": index.count,
-                                             "dim": spec.dim, "lam": float(index.lam)},
+                                             "dim": spec.dim, "lam": float(index.lam), "fields": index.field_types},
         "search_lambda": None if index is None else float(index.lam),
         "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_request_texts": s.max_request_texts,
                    "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,

@@ -19,6 +19,8 @@ DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.0
 SLOW_BUCKETS = (15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+# the fraction of rows a filter keeps: decades down to one row in a million, then coarser up to all
+SELECTIVITY_BUCKETS = (1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.99, 1.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -75,6 +77,10 @@ class ServiceMetrics:
         self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
         self.truncated = Counter(p + "truncated_texts_total", "texts cut to their role's max length, by the end cut",
                                  ["role", "direction"], registry=r)
+        self.filter_selectivity = Histogram(p + "filter_selectivity",
+                                            "fraction of the index's rows a filtered search kept (per request; "
+                                            "its count is the number of filtered searches)",
+                                            buckets=SELECTIVITY_BUCKETS, registry=r)
 
     # -- reports from the encoder worker (see service.batcher.BatchObserver) --
     def observe_batch(self, role: str, texts: int, tokens: int, seconds: float) -> None:
@@ -109,6 +115,9 @@ class ServiceMetrics:
         self.search_batch_first_stage.labels(first_stage=first_stage).observe(search_s)
         if rerank_s is not None:
             self.search_batch_rerank.observe(rerank_s)
+
+    def observe_filter(self, selectivity: float) -> None:
+        self.filter_selectivity.observe(selectivity)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route=route, status=str(status)).inc()

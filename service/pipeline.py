@@ -231,6 +231,8 @@ class Pipeline:
     def _searched(self, params: SearchParams, shape, encoded: EncodeOutcome, found: SearchOutcome) -> _Searched:
         rerank_s = found.rerank_ms / 1000 if found.rerank_ms else None
         self.metrics.observe_search(params.first_stage, found.search_ms / 1000, rerank_s)
+        if found.selectivity is not None:
+            self.metrics.observe_filter(found.selectivity)
         return _Searched(encoded, found, shape(encoded.encoded, found))
 
     async def encode_then(self, request: Request, texts: list[str], stage: str, fn: Callable[[Encoded], T],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -60,6 +60,7 @@ class Hit(BaseModel):
     title: str | None = None
     text: str | None = None
     explanation: Explanation | None = None
+    fields: dict[str, Any] | None = Field(None, description="the payload fields asked for with `fields`")
 
 
 class IndexSummary(BaseModel):
@@ -119,6 +120,8 @@ class IndexInfo(BaseModel):
     documents: int
     dim: int
     lam: float
+    fields: dict[str, str] = Field({}, description="payload fields a search can filter on and return, with their "
+                                                   "types (keyword, integer, float, bool, keyword_list)")
 
 
 class PromptsInfo(BaseModel):

@@ -45,7 +45,8 @@ def json_response(body: dict, request: Request, *, exclude_none: bool = False) -
 
 
 def build_router(runtime: Runtime) -> APIRouter:
-    models = request_models(runtime.settings.limits, handlers.served_prompts(runtime))
+    field_types = runtime.index.field_types if runtime.index is not None else {}
+    models = request_models(runtime.settings.limits, handlers.served_prompts(runtime), field_types)
     SearchRequest, EncodeRequest, ExplainRequest = models.search, models.encode, models.explain
     router = APIRouter()
 
@@ -69,7 +70,7 @@ def build_router(runtime: Runtime) -> APIRouter:
         """Matched terms of a query and a document, and the lexical/semantic split of its score."""
         return await handlers.explain(runtime, request, body)
 
-    DocumentsRequest = documents_request_model(runtime.settings.limits)
+    DocumentsRequest = documents_request_model(runtime.settings.limits, field_types)
     write_errors = {**_ERRORS, 403: {"model": ErrorBody, "description": "writes are off on this server"},
                     507: {"model": ErrorBody, "description": "disk full: the change was not applied"}}
 

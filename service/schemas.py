@@ -15,11 +15,12 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Le
 from pydantic_core import PydanticCustomError
 from pydantic import (AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
-                      StringConstraints, WithJsonSchema, model_validator)
+                      StringConstraints, WithJsonSchema, field_validator, model_validator)
 
 from densehybrid.encoder.choices import Direction, Role
 from densehybrid.encoder.prompts import PASSAGE_NAME, Prompts
 from densehybrid.index.fusion import DEFAULT_RRF_K, FusionMethod
+from densehybrid.service import filter_schema
 from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
@@ -131,8 +132,11 @@ class RequestModels:
     explain: type[BaseModel]
 
 
-def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModels:
-    """The three request bodies with the given limits in their constraints and the served prompts' names."""
+def request_models(limits: Limits, prompts: Prompts = Prompts(),
+                   field_types: dict[str, str] | None = None) -> RequestModels:
+    """The three request bodies with the given limits in their constraints, the served prompts' names and
+    the index's payload fields."""
+    fields_of = filter_schema.field_models(field_types)
     Texts = Annotated[list[Text], Field(min_length=1, max_length=limits.max_request_texts)]
     PromptName = prompt_name_type(list(prompts.prompts))
     SearchPromptName = prompt_name_type([prompts.query_name] if prompts.query_name else [], "query prompts")
@@ -180,6 +184,15 @@ def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModel
         truncate: JsonBool | None = truncate_field()
         truncation_direction: Direction = direction_field()
         prompt_name: SearchPromptName = Field(None, description=SEARCH_PROMPT_HELP)
+        filter: fields_of.filter | None = Field(
+            None, description=filter_schema.DESCRIPTION,
+            json_schema_extra={"examples": filter_schema.examples(field_types or {})} if field_types else None)
+        fields: Annotated[list[fields_of.names], Field(max_length=fields_of.max_names)] | None = Field(
+            None, description="payload fields to return with each hit, as `fields: {name: value}` (absent "
+                              "values left out); /info lists them", examples=[list(field_types or {})[:2]])
+
+        _bounded_filter = field_validator("filter", mode="before")(filter_schema.prechecked(field_types or {}))
+        _known_fields = field_validator("fields", mode="before")(filter_schema.known_names(field_types or {}))
 
         @model_validator(mode="after")
         def _one_of_query_or_queries(self):
@@ -220,8 +233,10 @@ def request_models(limits: Limits, prompts: Prompts = Prompts()) -> RequestModel
     return RequestModels(SearchRequest, EncodeRequest, ExplainRequest)
 
 
-def documents_request_model(limits: Limits) -> type[BaseModel]:
-    """The body of ``POST /documents`` with the configured batch and length limits (over them: 413)."""
+def documents_request_model(limits: Limits, field_types: dict[str, str] | None = None) -> type[BaseModel]:
+    """The body of ``POST /documents`` with the configured batch and length limits (over them: 413), and the
+    index's payload fields."""
+    DocumentFields = filter_schema.field_models(field_types).document_fields
     Chars = Annotated[str, StringConstraints(max_length=limits.max_document_chars)]
 
     class NewDocument(_Strict):
@@ -229,6 +244,9 @@ def documents_request_model(limits: Limits) -> type[BaseModel]:
         id: DocId
         title: Chars = Field("", description="optional title, encoded before the text")
         text: Annotated[Chars, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
+        fields: DocumentFields | None = Field(
+            None, description="payload field values, of the index's fields and types (/info); searches filter on "
+                              "them as on the built ones", examples=[filter_schema.document_example(field_types or {})])
 
     class DocumentsRequest(_Strict):
         model_config = ConfigDict(extra="forbid", title="DocumentsRequest")

@@ -43,6 +43,7 @@ class SearchParams:
     method: str | None = None
     offset: int = 0
     rrf_k: float | None = None
+    filter: object | None = None  # an index.filters node (hashable: equal filters search together)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class SearchOutcome:
     started: float = 0.0  # time.perf_counter() when the shared call began (the first stage, then the rerank)
     lexical_scores: list[list[float]] | None = None  # per hit, for kinds with a lexical and a dense part
     dense_scores: list[list[float]] | None = None
+    selectivity: float | None = None  # the fraction of rows the filter kept
 
 
 # (first stage, queries in the call, first-stage seconds, rerank seconds or None): once per coalesced call
@@ -164,7 +166,8 @@ class SearchBatcher:
         found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
                                      first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
                                      rerank=params.rerank, lam=params.lam, method=params.method,
-                                     offset=params.offset, rrf_k=params.rrf_k)
+                                     offset=params.offset, rrf_k=params.rrf_k,
+                                     **({} if params.filter is None else {"filter": params.filter}))
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
@@ -173,5 +176,6 @@ class SearchBatcher:
             rows = slice(offset, offset + len(job.queries))
             parts = [None if p is None else p[rows] for p in (found.lexical_scores, found.dense_scores)]
             _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
-                                        total, started, *parts))
+                                        total, started, *parts,
+                                        selectivity=getattr(found, "selectivity", None)))
             offset += len(job.queries)

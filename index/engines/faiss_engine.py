@@ -24,6 +24,7 @@ import numpy as np
 
 from densehybrid.index import fusion, gip
 from densehybrid.index.engines.host import HostRows
+from densehybrid.index.filters import Selection
 from densehybrid.index.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
@@ -97,13 +98,42 @@ def tune_blas(threshold: int = BATCHED_BLAS_THRESHOLD) -> None:
     faiss.cvar.distance_compute_blas_threshold = threshold
 
 
-def search(index: faiss.Index, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def search(index: faiss.Index, xq: np.ndarray, k: int, params: faiss.SearchParameters | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
     """xq (Q, d) float32 -> scores (Q, k) float32, rows (Q, k) int64 (-1 where fewer than k rows)."""
     xq = np.ascontiguousarray(xq, dtype=np.float32)
+    extra = {} if params is None else {"params": params}
     if xq.shape[0] == 1:
         with omp_threads(1):
-            return index.search(xq, k)
-    return index.search(xq, k)
+            return index.search(xq, k, **extra)
+    return index.search(xq, k, **extra)
+
+
+_RECONSTRUCT_ROWS = 65_536
+
+
+def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`search` over the rows ``mask`` (N,) keeps only, exactly: the top ``k`` of those rows.
+
+    A flat index skips the other rows through an ID selector (no distance is computed for them);
+    IndexPQ takes no selector, so the kept rows are decoded and scored against the query (the
+    inner product with the decoded vector is the PQ score).
+    """
+    if isinstance(index, faiss.IndexFlat):
+        bits = np.packbits(mask, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+        scores, rows = search(index, xq, k, faiss.SearchParameters(sel=selector))
+        return gip.sort_by_score(scores, rows, k)
+    kept = np.flatnonzero(mask)
+    xq = np.ascontiguousarray(xq, dtype=np.float32)
+    best_scores = np.full((len(xq), 0), -np.inf, np.float32)
+    best_rows = np.full((len(xq), 0), -1, np.int64)
+    for s in range(0, len(kept), _RECONSTRUCT_ROWS):
+        rows = kept[s:s + _RECONSTRUCT_ROWS]
+        scores = xq @ index.reconstruct_batch(rows).T
+        best_scores, best_rows = gip.sort_by_score(np.concatenate([best_scores, scores], 1),
+                                                   np.concatenate([best_rows, np.broadcast_to(rows, scores.shape)], 1), k)
+    return best_scores, best_rows
 
 
 class FaissStore(HostRows, VectorStore):
@@ -117,7 +147,10 @@ class FaissStore(HostRows, VectorStore):
         self.faiss = faiss_index
         tune_blas()
 
-    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        if selection is not None:
+            return search_kept(self.faiss, xq, depth, selection.mask)
         scores, rows = search(self.faiss, xq, depth)
         return gip.sort_by_score(scores, rows, depth)
 

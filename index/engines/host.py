@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from densehybrid.index import gip
+from densehybrid.index.filters import Selection
 
 
 class HostRows:
@@ -15,10 +16,11 @@ class HostRows:
     def __init__(self, values: np.ndarray, gates: np.ndarray | None, doc_ids: Sequence[str]):
         self.values, self.gates, self.doc_ids = values, gates, doc_ids
 
-    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float,
-                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float, depth: int,
+                   selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         # a scan that reads only the query's active columns: it stays on the host for every engine
-        return gip.approx_topk(xq, gq, self.values, self.gates, theta, depth)
+        return gip.approx_topk(xq, gq, self.values, self.gates, theta, depth,
+                               mask=None if selection is None else selection.mask)
 
     def hit_parts(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # a page of rows read from the host copy, also for a store resident on a GPU

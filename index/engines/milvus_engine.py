@@ -13,6 +13,7 @@ import numpy as np
 
 from densehybrid.index import fusion, gip
 from densehybrid.index.errors import IndexAccessError, MilvusUnavailableError, SearchError
+from densehybrid.index.filters import Selection
 from densehybrid.index.vector_store import VectorStore
 
 INSTALL_HINT = "pip install 'densehybrid[milvus]'"
@@ -61,9 +62,13 @@ class MilvusStore(VectorStore):
         self.client, self.uri, self.collection = client, uri, collection
         self.dim, self.gated_dim = dim, gated_dim
 
-    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        # a filter goes to Milvus as its boolean expression: FLAT search scans the matching rows only
+        kept = {} if selection is None else {"filter": selection.expression}
         found = call(self.uri, "search", self.client.search, self.collection, data=[q.tolist() for q in xq],
-                      anns_field="vector", limit=depth, search_params={"metric_type": "IP"}, output_fields=["row"])
+                      anns_field="vector", limit=depth, search_params={"metric_type": "IP"}, output_fields=["row"],
+                      **kept)
         scores = np.full((len(xq), depth), -np.inf, dtype=np.float32)
         rows = np.full((len(xq), depth), -1, dtype=np.int64)
         for q, hits in enumerate(found):
@@ -95,8 +100,8 @@ class MilvusStore(VectorStore):
         fetched, values, gates = self.vectors(rows[rows >= 0])
         return rerank_fetched(xq, gq, rows, k, fetched, values, gates)
 
-    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float,
-                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def approx_gip(self, xq: np.ndarray, gq: np.ndarray | None, theta: float, depth: int,
+                   selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         raise SearchError("first stage approx_gip needs a local index; a Milvus collection serves ip")
 
     def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -113,6 +118,12 @@ class MilvusStore(VectorStore):
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         entities = self.fetch(rows, ["doc_id"])
         return [entities[int(r)]["doc_id"] for r in rows]
+
+    def count(self, expression: str) -> int:
+        """Rows matching a boolean expression."""
+        got = call(self.uri, "query", self.client.query, self.collection, filter=expression,
+                    output_fields=["count(*)"])
+        return int(got[0]["count(*)"])
 
     def healthy(self) -> bool:
         try:

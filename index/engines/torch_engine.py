@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from densehybrid.index.engines.host import HostRows
+from densehybrid.index.filters import Selection
 from densehybrid.index.gip import sort_by_score
 from densehybrid.index.vector_store import VectorStore
 
@@ -76,9 +77,10 @@ class TorchFlatIndex:
             self.shards.append(chunks)
 
     @torch.inference_mode()
-    def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, xq: np.ndarray, k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact inner product: xq (Q, dim) float32 -> scores (Q, k') float32, rows (Q, k') int64,
-        k' = min(k, N), sorted by score descending, ties by row ascending."""
+        k' = min(k, N), sorted by score descending, ties by row ascending. ``mask`` (N,) bool keeps
+        only those rows: the others score -inf on the device, before the top-k, and come back as -1."""
         k = min(k, self.count)
         found_scores, found_rows = [], []
         for device, chunks in zip(self.devices, self.shards):
@@ -88,6 +90,9 @@ class TorchFlatIndex:
             scores, rows = [], []
             for chunk in chunks:
                 chunk_scores = (q @ chunk.values.T).float()
+                if mask is not None:
+                    kept = torch.from_numpy(np.array(mask[chunk.start:chunk.start + chunk.values.shape[0]]))
+                    chunk_scores.masked_fill_(~kept.to(device), float("-inf"))
                 top = torch.topk(chunk_scores, min(k, chunk_scores.shape[1]), dim=1)
                 scores.append(top.values)
                 rows.append(top.indices + chunk.start)
@@ -96,6 +101,8 @@ class TorchFlatIndex:
             found_scores.append(top.values.cpu())
             found_rows.append(torch.gather(merged_rows, 1, top.indices).cpu())
         scores, rows = torch.cat(found_scores, 1).numpy(), torch.cat(found_rows, 1).numpy()
+        if mask is not None:
+            rows = np.where(np.isneginf(scores), -1, rows)
         return sort_by_score(scores, rows, k)
 
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,8 +160,9 @@ class TorchStore(HostRows, VectorStore):
         self.resident = TorchFlatIndex(values, gates, devices, chunk_rows=chunk_rows,
                                        dtype=torch.float16 if float16 else torch.float32)
 
-    def inner_product(self, xq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.resident.search(xq, depth)
+    def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        return self.resident.search(xq, depth, None if selection is None else selection.mask)
 
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.resident.rerank(xq, gq, rows, k)

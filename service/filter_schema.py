@@ -1,0 +1,198 @@
+"""The ``filter`` and ``fields`` of the request bodies, as models made for the served index's fields.
+
+The OpenAPI document then states exactly what fits: each leaf names one of the index's fields and
+takes a value of that field's type (``range`` only on numbers), ``fields`` lists field names, and a
+written document's ``fields`` is an object of those fields. An unknown field is refused naming it,
+before the nested models validate (``index.filters.parse``, which bounds size and depth before it
+recurses), and so is a filter too deep or too large.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict,
+                      StringConstraints, Tag, create_model, model_validator)
+
+from pydantic_core import PydanticCustomError
+
+from densehybrid.index import filters, payload
+
+
+def _json_number(value):
+    # JSON's numbers only: true and "3" are not numbers (3.0 is an integer, as in JSON Schema)
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+Keyword = Annotated[str, Strict(), StringConstraints(max_length=payload.MAX_KEYWORD_CHARS)]
+Integer = Annotated[int, BeforeValidator(_json_number)]
+Number = Annotated[float, AllowInfNan(False), BeforeValidator(_json_number)]
+Bool = Annotated[bool, Strict()]
+Bound = Union[Annotated[int, Strict()], Number]
+# what a leaf compares with, and what a written document holds, by field type
+_VALUE = {"keyword": Keyword, "keyword_list": Keyword, "integer": Integer, "float": Number, "bool": Bool}
+_STORED = {**_VALUE, "keyword_list": Annotated[list[Keyword], Field(max_length=payload.MAX_LIST_ITEMS)]}
+
+_EXAMPLE_VALUES = {"keyword": "function", "keyword_list": "beta", "integer": 2024, "float": 0.5, "bool": True}
+
+
+def document_example(field_types: dict[str, str]) -> dict:
+    """A written document's ``fields`` with a value of each field's type."""
+    return {n: [_EXAMPLE_VALUES[k]] if k == "keyword_list" else _EXAMPLE_VALUES[k] for n, k in field_types.items()}
+
+
+def examples(field_types: dict[str, str]) -> list[dict]:
+    """Filters over the index's own fields, one per shape the grammar has (none for an index without fields)."""
+    if not field_types:
+        return []
+    (first, kind), *rest = field_types.items()
+    value = _EXAMPLE_VALUES[kind]
+    out = [{"field": first, "eq": value}, {"field": first, "in": [value]},
+           {"not": {"field": first, "exists": True}}]
+    numeric = next((n for n, k in field_types.items() if k in ("integer", "float")), None)
+    if numeric is not None:
+        out.append({"field": numeric, "range": {"gte": 0, "lt": 100}})
+    if rest:
+        second, second_kind = rest[0]
+        out.append({"and": [{"field": first, "eq": value},
+                            {"or": [{"field": second, "exists": True},
+                                    {"not": {"field": second, "eq": _EXAMPLE_VALUES[second_kind]}}]}]})
+    return out
+
+DESCRIPTION = (
+    "keep only documents whose fields match, applied before the top-k (exact: the hits are the best k of the "
+    "matching documents). Leaves: eq, in, range (gt, gte, lt, lte; integer and float fields), exists; combine "
+    "with and, or, not. On a keyword-list field, eq and in match when any element matches. A document without "
+    "the field matches no leaf. /info lists the index's fields and types; an unknown field or a value of "
+    f"another type is a 422 naming the field. At most {filters.MAX_DEPTH} levels and {filters.MAX_NODES} parts.")
+
+
+class _Node(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RangeBounds(_Node):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    # no null: a bound is a number or left out
+    gt: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+    gte: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+    lt: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+    lte: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
+
+    @model_validator(mode="after")
+    def _one_bound_at_least(self):
+        if all(getattr(self, op) is None for op in filters.RANGE_OPS):
+            raise ValueError("range takes at least one of gt, gte, lt, lte")
+        return self
+
+
+_LEAF_OPS = ("eq", "in", "range", "exists")
+
+
+def _tag(value) -> str | None:
+    """The shape of a filter object: and/or/not, or ``op:field`` for a leaf (one error per bad object)."""
+    if isinstance(value, dict):
+        for key in ("and", "or", "not"):
+            if key in value:
+                return key
+        op = next((key for key in _LEAF_OPS if key in value), None)
+        return None if op is None else f"{op}:{value.get('field')}"
+    return getattr(type(value), "filter_tag", None)
+
+
+def _leaves(name: str, kind: str) -> list[tuple[str, type[BaseModel]]]:
+    """The leaf models of one field (class names must be unique in the OpenAPI document: the field is in them)."""
+    named = (Literal[name], ...)
+    value = _VALUE[kind]
+    models = [("eq", create_model(f"Eq_{name}", __base__=_Node, field=named, eq=(value, ...))),
+              ("in", create_model(f"In_{name}", __base__=_Node, field=named,
+                                  in_=(list[value], Field(alias="in", min_length=1, max_length=filters.MAX_IN_VALUES)))),
+              ("exists", create_model(f"Exists_{name}", __base__=_Node, field=named, exists=(Literal[True], ...)))]
+    if kind in ("integer", "float"):
+        models.append(("range", create_model(f"Range_{name}", __base__=_Node, field=named, range=(RangeBounds, ...))))
+    for op, model in models:
+        model.filter_tag = f"{op}:{name}"
+    return models
+
+
+def _filter_type(field_types: dict[str, str]):
+    """The recursive filter union for an index with these fields."""
+    leaves = [leaf for name, kind in field_types.items() for leaf in _leaves(name, kind)]
+    ns: dict[str, Any] = {}
+    and_ = create_model("AndFilter", __base__=_Node,
+                        and_=(list["SearchFilter"], Field(alias="and", min_length=1, max_length=filters.MAX_NODES)))
+    or_ = create_model("OrFilter", __base__=_Node,
+                       or_=(list["SearchFilter"], Field(alias="or", min_length=1, max_length=filters.MAX_NODES)))
+    not_ = create_model("NotFilter", __base__=_Node, not_=("SearchFilter", Field(alias="not")))
+    for tag, model in (("and", and_), ("or", or_), ("not", not_)):
+        model.filter_tag = tag
+    choices = [Annotated[model, Tag(tag)] for tag, model in (("and", and_), ("or", or_), ("not", not_))]
+    choices += [Annotated[model, Tag(model.filter_tag)] for _, model in leaves]
+    union = Annotated[Union[tuple(choices)], Discriminator(
+        _tag, custom_error_type="filter_shape",
+        custom_error_message="a filter is an object with one of and, or, not, or a field with eq, in, range, exists")]
+    ns["SearchFilter"] = union
+    for model in (and_, or_, not_):
+        model.model_rebuild(_types_namespace=ns)
+    return union
+
+
+def prechecked(field_types: dict[str, str]):
+    """A before-validator for ``filter``: the grammar's checks against the index's fields (size and depth
+    bounded first, without recursion), so an unknown field or a mistyped value is refused naming the field."""
+    def check(value):
+        if value is None:
+            return value
+        try:
+            filters.parse(value, field_types)
+        except filters.FilterError as exc:
+            raise PydanticCustomError("invalid_filter", str(exc).removeprefix("filter: ")) from None
+        return value
+    return check
+
+
+def known_names(field_types: dict[str, str]):
+    """A before-validator for ``fields: [...]``: an unknown name is refused naming it."""
+    def check(value):
+        if isinstance(value, list):
+            unknown = [n for n in value if isinstance(n, str) and n not in field_types]
+            if unknown:
+                known = ", ".join(sorted(field_types)) or "none"
+                raise PydanticCustomError("unknown_field", f"unknown field {unknown[0]!r} (the index's fields: {known})")
+        return value
+    return check
+
+
+def _document_fields(field_types: dict[str, str]) -> type[BaseModel]:
+    """A written document's ``fields``: the index's fields, each of its type (null or left out: none)."""
+    # python names apart from the JSON names: a field may be called "json" or "copy"
+    definitions = {f"field_{i}": (_STORED[kind] | None, Field(None, alias=name))
+                   for i, (name, kind) in enumerate(field_types.items())}
+    return create_model("DocumentFields", __base__=_Node, **definitions)
+
+
+@dataclass(frozen=True)
+class FieldModels:
+    """What the request models take for filters and fields on one index."""
+
+    filter: Any  # the filter type (an index without fields: only null)
+    names: Any  # the item type of ``fields: [...]``
+    max_names: int
+    document_fields: type[BaseModel]
+
+
+def field_models(field_types: dict[str, str] | None) -> FieldModels:
+    field_types = dict(field_types or {})
+    if not field_types:
+        # nothing to filter on or return: no filter fits, and ``fields`` can only be empty
+        return FieldModels(type(None), Annotated[str, StringConstraints(max_length=64)], 0, _document_fields({}))
+    return FieldModels(_filter_type(field_types), Literal[tuple(field_types)], len(field_types),
+                       _document_fields(field_types))
+
+
+def as_json(flt: BaseModel) -> dict:
+    """The request's filter as the grammar's JSON (what ``index.filters.parse`` reads)."""
+    return flt.model_dump(by_alias=True, exclude_none=True)

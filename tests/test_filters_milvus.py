@@ -1,0 +1,61 @@
+"""Filtered search in a Milvus Lite collection: the filter becomes a Milvus expression over the exported
+scalar fields, and the hits equal brute force over the filtered rows at selectivities from 0.01 % to 100 %."""
+
+import numpy as np
+import pytest
+
+from densehybrid.encoder.base import Encoded
+from densehybrid.index import filters, milvus
+from densehybrid.index.searcher import Searcher
+from test_filters import N, SELECTIVITIES, brute_force, synthetic_index
+from test_gip import random_rows
+
+pytestmark = pytest.mark.slow  # Milvus Lite: a store process, and a 20 000-row export
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_lite_servers():
+    yield
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_all()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("milvus-filters")
+    index, values, gates, rank = synthetic_index(root, "dhr")
+    uri = str(root / "lite.db")
+    milvus.export_index(index, uri, "filtered", batch_size=5000)
+    return index, milvus.open_collection(uri, "filtered"), values, gates, rank
+
+
+def test_collection_filtered_search_equals_brute_force(exported):
+    index, collection, values, gates, rank = exported
+    assert collection.field_types == {"rank": "integer", "tags": "keyword_list"}
+    xq, gq = random_rows(2, index.spec.dim, index.spec.gated_dim, seed=5, dtype=np.float32)
+    remote = Searcher(collection)
+    for share in SELECTIVITIES:
+        cut = int(share * N)
+        kept = np.flatnonzero(rank < cut)
+        flt = filters.parse({"field": "rank", "range": {"lt": cut}}, collection.field_types)
+        for rerank in (False, True):
+            found = remote.search(Encoded(xq, gq), k=10, candidates=100, rerank=rerank, filter=flt)
+            assert found.rows == brute_force(xq, gq, values, gates, kept, 10, 100, rerank), (share, rerank)
+            assert found.selectivity == pytest.approx(share)
+
+
+def test_collection_keyword_list_filters_and_fields_equal_the_local_index(exported):
+    index, collection, values, gates, rank = exported
+    xq, gq = random_rows(2, index.spec.dim, index.spec.gated_dim, seed=6, dtype=np.float32)
+    for raw in ({"field": "tags", "eq": "a"}, {"not": {"field": "tags", "in": ["a", "b"]}},
+                {"and": [{"field": "tags", "exists": True}, {"field": "rank", "range": {"gte": 100.5, "lt": 9000}}]},
+                {"or": [{"field": "tags", "eq": "zzz"}, {"field": "rank", "eq": 17}]},
+                {"field": "tags", "eq": "nothing"}):
+        flt = filters.parse(raw, index.field_types)
+        local = Searcher(index).search(Encoded(xq, gq), k=10, candidates=200, filter=flt)
+        remote = Searcher(collection).search(Encoded(xq, gq), k=10, candidates=200, filter=flt)
+        assert remote.rows == local.rows, raw
+        assert remote.selectivity == pytest.approx(local.selectivity)
+    rows = [0, 5, 17, 19_999]
+    assert collection.field_values(rows, ["rank", "tags"]) == index.field_values(rows, ["rank", "tags"])
