@@ -209,6 +209,11 @@ class Searcher:
         fused = fusion.fuse(lexical, dense, method, dense_weight=dense_weight, rrf_k=rrf_k, valid=valid)
         return gip.sort_by_score(fused, np.where(valid, rows, -1), k)
 
+    @property
+    def has_parts(self) -> bool:
+        """Whether the index's rows have a lexical and a dense part whose scores each hit reports."""
+        return self.spec.kind in SCALED_KINDS
+
     def search(self, queries: Encoded, *, k: int = 10, offset: int = 0, first_stage: FirstStage = "ip",
                candidates: int = 1000, theta: float = 0.1, rerank: bool = True, lam: float | None = None,
                method: str | None = None, dense_weight: float | None = None,

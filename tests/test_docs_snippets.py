@@ -5,8 +5,8 @@ docs/reference/ pages aside: they are synopses, not snippets) either runs here a
 demo-like server, or has ``<!-- not-runnable: reason -->`` on the line before its fence.
 
 The server is what ``densehybrid demo`` serves, with the weightless hash encoder standing in for the
-real models (so the fast tier can run it): the same stdlib docstring corpus, a ``fusion`` index whose
-model id is the demo's, writes on. Snippets address ``localhost:8000`` as in the docs; the port is
+real models (so the fast tier can run it): the same stdlib docstring corpus and payload fields, a
+``fusion`` index whose model id is the demo's, writes on. Snippets address ``localhost:8000`` as in the docs; the port is
 rewritten to the live one. ``curl`` fails on an HTTP error status here, so a snippet that gets a 4xx
 or 5xx fails its test, unless it shows a refusal on purpose: ``<!-- expect-status: 413 -->`` on the line
 before its fence, and then it must get exactly that status.
@@ -92,7 +92,7 @@ def test_a_snippet_marked_not_runnable_says_why(snippet):
 def demo_server(tmp_path_factory):
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.cli.demo_corpus import write_stdlib_corpus
+    from densehybrid.cli.demo_corpus import FIELDS, write_stdlib_corpus
     from densehybrid.index.build import BuildOptions, build_index
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
@@ -104,7 +104,7 @@ def demo_server(tmp_path_factory):
     corpus = home / "corpus.jsonl"
     write_stdlib_corpus(corpus, 2000)
     index_dir = build_index(encoder, corpus, home / "index",
-                            BuildOptions(name="python-stdlib-docs", progress=False, batch_size=64))
+                            BuildOptions(name="python-stdlib-docs", progress=False, batch_size=64, fields=FIELDS))
     settings = ServiceSettings(index=index_dir, warmup=False, device="cpu", log_json=False)
     with LiveServer(create_app(settings, encoder=encoder, index=load_index(index_dir))) as live:
         yield live.url
