@@ -453,3 +453,32 @@ def test_cli_builds_fields_and_searches_with_a_filter(tmp_path, fake_models):
                                  str(tmp_path / "ix2"), "--no-progress", "--fields-from-metadata"])
     assert failed.exit_code != 0 and "conflict.jsonl:2: field 'n'" in " ".join(failed.output.split())
     assert not (tmp_path / "ix2").exists()
+
+
+# -- filters with pages, rrf and part scores ----------------------------------------------------
+def subset_index(tmp_path, index, values, gates, kept):
+    """The same rows as ``index`` keeps, alone in an index of their own (row i = kept[i])."""
+    docs = [Document(f"doc{r}", "", f"text {r}") for r in kept]
+    out = build.build_from_arrays(tmp_path / "subset", index.spec, Encoded(values[kept], gates[kept]), docs)
+    return load_index(out)
+
+
+@pytest.mark.parametrize("engine", ["faiss", "torch"])
+@pytest.mark.parametrize("method", ["lambda", "zscore", "rrf"])
+def test_a_filtered_page_is_the_page_of_an_index_of_the_kept_rows_alone(tmp_path, engine, method):
+    index, values, gates, rank = synthetic_index(tmp_path, "fusion", n=3000)
+    kept = np.flatnonzero(rank < 400)
+    alone = subset_index(tmp_path, index, values, gates, kept)
+    flt = filters.parse({"field": "rank", "range": {"lt": 400}}, index.field_types)
+    queries = Encoded(*random_rows(2, index.spec.dim, index.spec.gated_dim, seed=11, dtype=np.float32))
+    filtered, reference = Searcher(index, engine=engine), Searcher(alone, engine=engine)
+    for offset, k in ((0, 20), (0, 10), (10, 10)):
+        got = filtered.search(queries, k=k, offset=offset, candidates=100, method=method, filter=flt)
+        want = reference.search(queries, k=k, offset=offset, candidates=100, method=method)
+        assert got.rows == [kept[r].tolist() for r in want.rows], (offset, k)
+        np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got.lexical_scores, want.lexical_scores, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got.dense_scores, want.dense_scores, rtol=1e-5, atol=1e-6)
+    first = filtered.search(queries, k=20, candidates=100, method=method, filter=flt)
+    pages = [filtered.search(queries, k=10, offset=o, candidates=100, method=method, filter=flt) for o in (0, 10)]
+    assert first.rows == [a + b for a, b in zip(pages[0].rows, pages[1].rows)]
