@@ -73,7 +73,8 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
         shards.write_shard(work, number, _base_values(base, rows), gates, docs)
         number += 1
     if len(delta):
-        shards.write_shard(work, number, delta.values, delta.gates, delta.docs)
+        docs, values, gates = delta.live()
+        shards.write_shard(work, number, values, gates, docs)
     count = len(keep) + len(delta)
     spec = base.spec
     staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,

@@ -157,7 +157,7 @@ class LiveIndex(ManifestView, ServedIndex):
         if row < state.base.count:
             return state.base, row
         d = state.delta
-        return _DeltaRows(state.base.spec, d.values16, d.gates, len(d)), row - state.base.count
+        return _DeltaRows(state.base.spec, d.values16, d.gates, d.rows), row - state.base.count
 
     # -- search --
     def search(self, queries: Encoded, **params) -> SearchResults:
