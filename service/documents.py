@@ -1,7 +1,7 @@
 """Writes: ``POST /documents`` and ``DELETE /documents/{id}``, and reading one document back.
 
 A write encodes its passages with the index's own model through the pipeline
-(role passage), then logs and applies the change on the general thread pool
+(role passage, behind queued searches), then logs and applies the change on the general thread pool
 (:meth:`index.live.LiveIndex.upsert` fsyncs before it returns, and the fsync
 must not hold up the search threads), so the 2xx leaves only once the change
 is durable, and a search started after it sees the change. Each write may
@@ -51,7 +51,7 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
     docs = [Document(d.id, d.title, d.text) for d in body.documents]
-    done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage")
+    done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage", background=True)
     logged = time.perf_counter()
     seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)
     rt.compactor.maybe_start()

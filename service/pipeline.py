@@ -145,9 +145,10 @@ class Pipeline:
 
     # -- what routes call ------------------------------------------------------
     async def encode(self, request: Request, texts: list[str], role: Role, *, truncate: bool = True,
-                     output: Output = "vectors") -> EncodedTexts:
+                     output: Output = "vectors", background: bool = False) -> EncodedTexts:
         """Rows of ``texts``. ``truncate=False`` refuses over-long texts (413) before they reach the worker;
-        ``output="lexical"`` asks for the lexical vectors, refused (422) for models without one."""
+        ``output="lexical"`` asks for the lexical vectors, refused (422) for models without one;
+        ``background`` lets queued searches go first (writes)."""
         if output == "lexical" and not self.encoder.has_lexical:
             raise InvalidRequest(f"the served model ({self.encoder.spec.kind!r}) is dense-only: it has no lexical "
                                  "vector over the vocabulary; use /embed")
@@ -156,7 +157,8 @@ class Pipeline:
         tokenized = time.perf_counter()
         if not truncate:
             self._refuse_truncated(items, role)
-        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output))
+        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output,
+                                                                           background=background))
         return EncodedTexts(outcome.encoded, items, round(outcome.queue_ms, 3), ms(tokenized - started),
                             round(outcome.encode_ms, 3), ms(time.perf_counter() - started))
 
