@@ -174,7 +174,7 @@ def upsert(delta: Delta, base: StoredIndex, docs: Sequence[Document], values: np
     store, all_values, values16, all_gates = _appended(delta, docs, values, gates)
     row_of = dict(delta.row_of)
     n = delta.rows
-    for i, doc in enumerate(docs):  # a later duplicate in the same batch wins, as it did before
+    for i, doc in enumerate(docs):  # a later duplicate in the same batch wins; the earlier row is dead
         if doc.id in row_of and row_of[doc.id] >= n:
             replaced.add(row_of[doc.id])
         row_of[doc.id] = n + i
