@@ -17,15 +17,14 @@ and at low priority on a busy machine that stretched each fold to seconds while 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import faiss
@@ -37,7 +36,6 @@ from densehybrid.index.local import IndexFiles
 from densehybrid.index.wal import fsync_directory
 
 _CHUNK_ROWS = 65_536
-_PR_SET_PDEATHSIG = 1
 
 
 def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
@@ -108,12 +106,19 @@ def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: 
     return fold(base, delta, path, applied_seq)
 
 
-def _die_with(parent_pid: int) -> None:
-    """Killed with the server (Linux PR_SET_PDEATHSIG): no orphan fold races a restarted one."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the server died before the line above took effect
-        raise SystemExit("the server that started this compaction is gone")
+def _exit_with_server(parent_pid: int, every_s: float = 0.2) -> None:
+    """Exit as soon as the server is gone, mid-fold too: no orphan fold races a restarted server's.
+
+    The child outlives the server thread that started it, so Linux's PR_SET_PDEATHSIG (which fires
+    when that *thread* ends) would kill it after the first compaction; a watcher thread polls instead."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(every_s)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the server died before this child got here
+        raise SystemExit("the server that started this fold process is gone")
+    threading.Thread(target=watch, name="densehybrid-fold-watch", daemon=True).start()
 
 
 class FoldWorker:
@@ -195,7 +200,7 @@ class FoldWorker:
 
 def _serve_folds(parent_pid: int) -> None:
     """The child's loop: one JSON job a line in, one JSON answer a line out, until its input ends."""
-    _die_with(parent_pid)
+    _exit_with_server(parent_pid)
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else writes to stdout (a library's progress) goes to stderr, not into the answers
     sys.stdout = sys.stderr

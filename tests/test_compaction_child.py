@@ -12,6 +12,8 @@ import pytest
 from densehybrid.index import compaction
 from densehybrid.index.errors import IndexWriteError
 
+from support.waiting import wait_until
+
 # stands in for the fold child: waits until its niceness changes (or 10 s pass) and fails reporting it
 REPORT_NICENESS = """
 import os, sys, time
@@ -56,7 +58,7 @@ def test_the_fold_child_is_niced_from_the_server_and_started_without_preexec_fn(
         worker.fold(tmp_path / "index", tmp_path / "wal", 3, 42)
     worker.close()
     assert "preexec_fn" not in started[0]["kwargs"]
-    # the child learns the server's pid, to exit if the server is gone before PR_SET_PDEATHSIG took hold
+    # the child learns the server's pid, to exit when the server is gone
     assert started[0]["command"][-1] == str(os.getpid())
 
 
@@ -79,3 +81,50 @@ def test_one_child_serves_the_folds_and_a_dead_one_is_replaced(tmp_path, monkeyp
     worker.fold(tmp_path / "good", tmp_path / "wal", 7, 47)  # a new child
     assert len(started) == 2
     worker.close()
+
+
+# a server stand-in: a thread that ends right after starts the real fold child and has it fold an index that
+# does not exist (the child is past its start-up then); the main thread asks for the same fold again,
+# prints the child's pid and the answer, and lives until its stdin closes
+SERVER = """
+import sys, threading
+from densehybrid.index.compaction import FoldWorker
+from densehybrid.index.errors import IndexWriteError
+worker = FoldWorker()
+
+def fold():
+    try:
+        worker.fold(sys.argv[1], sys.argv[1], 1, 1)
+    except IndexWriteError as exc:
+        return str(exc)
+
+starter = threading.Thread(target=fold)
+starter.start()
+starter.join()
+print(worker._child.pid, fold(), flush=True)
+sys.stdin.read()
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow  # a real fold child: its imports take seconds
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_fold_child_outlives_the_thread_that_started_it_and_exits_with_the_server(tmp_path):
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(tmp_path / "missing")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child, answer = server.stdout.readline().split(" ", 1)
+        # the child answered after its starting thread had ended: the fold failed, the child did not die
+        assert "compaction of" in answer and "exited" not in answer
+        assert not gone(int(child))
+    finally:
+        server.kill()
+        server.wait()
+    wait_until(lambda: gone(int(child)), timeout=30, what="the fold child exiting after its server")
