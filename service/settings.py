@@ -77,11 +77,6 @@ class ServiceSettings(BaseSettings):
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")
     request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for encoding and search")
     search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
-    # torch's default (one per core) makes every small op a parallel region; on a busy 2-core box a
-    # region waits for a descheduled thread: a hash-encoder query forward took 9 ms with 2 threads
-    # and 0.3 ms with 1 (load average 8)
-    torch_threads: int | None = Field(None, ge=1, le=256, description="torch intra-op threads in the server "
-                                      "(CPU forwards and reranks); unset: torch's default, one per core")
 
     # request limits (422 above the value limits, 413 above the size limits)
     max_k: int = Field(1000, ge=1, description="largest k in /search")

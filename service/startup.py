@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from densehybrid.encoder.base import Encoder
-from densehybrid.encoder.device import set_cpu_threads
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.health import Health
 from densehybrid.service.metrics import ServiceMetrics
@@ -110,7 +109,6 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
                   metrics: ServiceMetrics | None = None) -> Runtime:
     """The parts that serve ``encoder`` (and ``index``, wrapped as a live index), not started yet."""
     metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
-    set_cpu_threads(settings.torch_threads)
     served = _live(settings, index) if index is not None else None
     pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
     search_batcher = SearchBatcher(served, pool, metrics.observe_search_batch) if served is not None else None

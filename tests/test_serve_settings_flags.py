@@ -73,23 +73,6 @@ def test_model_flags_of_index_build_map_onto_the_settings(captured_settings):
             settings.request_timeout_s) == ("some/minilm", False, 3, 2, 9.5)
 
 
-def test_the_torch_threads_flag_reaches_torch_when_the_server_is_built(captured_settings):
-    import torch
-
-    from densehybrid.service.startup import build_runtime
-    from support.fake_encoder import FakeEncoder
-
-    result = CliRunner().invoke(app, ["serve", "--model", "m", "--torch-threads", "1"])
-    assert result.exit_code == 0, result.output
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        build_runtime(captured_settings[0], FakeEncoder("dhr"))
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
-
-
 def test_flags_not_given_leave_the_environment_alone(captured_settings, monkeypatch):
     monkeypatch.setenv("DENSEHYBRID_DLR_DIM", "64")
     monkeypatch.setenv("DENSEHYBRID_SEARCH_THREADS", "4")
