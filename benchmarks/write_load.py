@@ -9,6 +9,11 @@ threshold (so compactions run during the measurement too), then runs two phases 
 
 It prints one JSON report: per phase the search p50/p99, answered searches per second and statuses,
 the writes acknowledged, compactions finished, and ``p99_ratio`` (target <= 2).
+
+The writer sends its next batch as soon as the last one is acknowledged, so a server that writes
+faster also takes more writes in the same phase (its readers share the cores with that much more
+work). ``--write-rate N`` paces it to at most N batches a second instead, to compare two servers
+at the same write load.
 """
 
 from __future__ import annotations
@@ -61,10 +66,15 @@ def _reader(url: str, seed: int, stop: threading.Event, latencies: list, statuse
                 latencies.append((time.perf_counter() - started) * 1000)
 
 
-def _writer(url: str, batch: int, stop: threading.Event, statuses: Counter) -> None:
+def _writer(url: str, batch: int, stop: threading.Event, statuses: Counter, rate: float | None = None) -> None:
     with httpx.Client(base_url=url, timeout=30) as client:
         i = 0
+        next_at = time.perf_counter()
         while not stop.is_set():
+            if rate:
+                if stop.wait(max(0.0, next_at - time.perf_counter())):
+                    break
+                next_at = max(next_at + 1 / rate, time.perf_counter())  # behind: no burst to catch up
             docs = [{"id": f"w{i}-{j}", "text": f"written passage {i} {j} dense retrieval"} for j in range(batch)]
             statuses[client.post("/documents", json={"documents": docs}).status_code] += 1
             if i % 5 == 4:
@@ -72,14 +82,14 @@ def _writer(url: str, batch: int, stop: threading.Event, statuses: Counter) -> N
             i += 1
 
 
-def _phase(url: str, readers: int, seconds: float, write_batch: int | None) -> dict:
+def _phase(url: str, readers: int, seconds: float, write_batch: int | None, write_rate: float | None = None) -> dict:
     stop = threading.Event()
     latencies: list[float] = []
     reads: Counter = Counter()
     writes: Counter = Counter()
     threads = [threading.Thread(target=_reader, args=(url, seed, stop, latencies, reads)) for seed in range(readers)]
     if write_batch:
-        threads.append(threading.Thread(target=_writer, args=(url, write_batch, stop, writes)))
+        threads.append(threading.Thread(target=_writer, args=(url, write_batch, stop, writes, write_rate)))
     for t in threads:
         t.start()
     time.sleep(seconds)
@@ -89,7 +99,7 @@ def _phase(url: str, readers: int, seconds: float, write_batch: int | None) -> d
     lat = sorted(latencies)
     return {"search_p50_ms": percentile_ms(lat, 50), "search_p99_ms": percentile_ms(lat, 99),
             "searches_per_s": round(len(lat) / seconds, 1), "search_statuses": dict(reads),
-            "write_statuses": dict(writes)}
+            "write_statuses": dict(writes), "write_requests_per_s": round(sum(writes.values()) / seconds, 1)}
 
 
 def _metric(url: str, name: str) -> float:
@@ -99,7 +109,8 @@ def _metric(url: str, name: str) -> float:
     return sum(s.value for f in families for s in f.samples if s.name == name)
 
 
-def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int) -> dict:
+def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int,
+        write_rate: float | None = None) -> dict:
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.bench.toy_index import build_toy_index
 
@@ -111,7 +122,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
         try:
             _phase(url, readers, min(2.0, seconds), None)  # warm-up
             read_only = _phase(url, readers, seconds, None)
-            with_writes = _phase(url, readers, seconds, write_batch)
+            with_writes = _phase(url, readers, seconds, write_batch, write_rate)
             compactions = _metric(url, "densehybrid_compactions_total")
             pending = _metric(url, "densehybrid_pending_changes")
         finally:
@@ -119,7 +130,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
     ratio = (with_writes["search_p99_ms"] / read_only["search_p99_ms"]
              if read_only["search_p99_ms"] and with_writes["search_p99_ms"] else None)
     return {"documents": documents, "readers": readers, "seconds_per_phase": seconds, "write_batch": write_batch,
-            "compact_after_changes": compact_after, "read_only": read_only, "with_writes": with_writes,
+            "compact_after_changes": compact_after, "write_rate": write_rate, "read_only": read_only, "with_writes": with_writes,
             "compactions": compactions, "pending_changes_at_end": pending,
             "p99_ratio": None if ratio is None else round(ratio, 2), "target_p99_ratio": 2.0}
 
@@ -135,8 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--readers", type=int, default=4)
     parser.add_argument("--write-batch", type=int, default=8)
     parser.add_argument("--compact-after", type=int, default=200)
+    parser.add_argument("--write-rate", type=float, default=None,
+                        help="write batches a second at most (default: the next as soon as one is acknowledged)")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.documents, args.seconds, args.readers, args.write_batch, args.compact_after), indent=2))
+    print(json.dumps(run(args.documents, args.seconds, args.readers, args.write_batch, args.compact_after,
+                         args.write_rate), indent=2))
 
 
 if __name__ == "__main__":

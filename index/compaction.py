@@ -7,20 +7,24 @@ fsynced, and renamed into place by :func:`index.files.publish`. A crash at any p
 leaves either the old generation or the new one, and the log still holds every change the
 new one lacks.
 
-A server folds in a child process (:func:`fold_in_subprocess`): the child rebuilds the delta
-from the index and the closed log segments on disk, so the fold neither holds the server's GIL
-nor competes with its request threads for the CPU (it runs niced).
+A server folds in a child process (:class:`FoldWorker`): the child rebuilds the delta from the
+index and the closed log segments on disk, so the fold neither holds the server's GIL nor competes
+with its request threads for the CPU (it runs niced). The child stays up between folds: starting
+one per fold cost its imports (torch among them, ~1.7 s of CPU) every time, most of a fold's CPU,
+and at low priority on a busy machine that stretched each fold to seconds while the delta grew.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import faiss
@@ -33,7 +37,6 @@ from densehybrid.index.payload import Payload
 from densehybrid.index.wal import fsync_directory
 
 _CHUNK_ROWS = 65_536
-_PR_SET_PDEATHSIG = 1
 
 
 def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
@@ -73,15 +76,16 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
         gates = np.asarray(base.gates[rows]) if base.gates is not None else None
         shards.write_shard(work, number, _base_values(base, rows), gates, docs)
         number += 1
+    written, values, gates = delta.live()  # dead (replaced or deleted) delta rows left out
     if len(delta):
-        shards.write_shard(work, number, delta.values, delta.gates, delta.docs)
+        shards.write_shard(work, number, values, gates, written)
     count = len(keep) + len(delta)
     spec = base.spec
     staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
                              pq=_pq_config(base.manifest["first_stage"]))
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
-        rows = base.field_values(keep, list(schema)) + [d.fields for d in delta.docs]
+        rows = base.field_values(keep, list(schema)) + [d.fields for d in written]
         Payload.from_rows(schema, rows).write(staged)
     extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
@@ -107,31 +111,115 @@ def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: 
     return fold(base, delta, path, applied_seq)
 
 
-def _die_with(parent_pid: int) -> None:
-    """Killed with the server (Linux PR_SET_PDEATHSIG): no orphan fold races a restarted one."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the server died before the line above took effect
-        raise SystemExit("the server that started this compaction is gone")
+def _exit_with_server(parent_pid: int, every_s: float = 0.2) -> None:
+    """Exit as soon as the server is gone, mid-fold too: no orphan fold races a restarted server's.
+
+    The child outlives the server thread that started it, so Linux's PR_SET_PDEATHSIG (which fires
+    when that *thread* ends) would kill it after the first compaction; a watcher thread polls instead."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(every_s)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the server died before this child got here
+        raise SystemExit("the server that started this fold process is gone")
+    threading.Thread(target=watch, name="densehybrid-fold-watch", daemon=True).start()
 
 
-def fold_in_subprocess(path: Path, log_dir: Path, through_segment: int, applied_seq: int, *,
-                       niceness: int = 10) -> None:
-    """:func:`fold_from_log` in a niced child process; raises IndexWriteError with its stderr on failure.
+class FoldWorker:
+    """A niced child process that folds on request (:func:`fold_from_log`), one fold at a time.
 
-    The child is niced from here, right after it starts (before its imports): a ``preexec_fn`` would
-    make the server fork rather than vfork, copying its page tables while holding the GIL, which
-    stalled every request thread for tens of milliseconds."""
-    command = [sys.executable, "-m", "densehybrid.index.compaction", str(path), str(log_dir), str(through_segment),
-               str(applied_seq), str(os.getpid())]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, child.pid, niceness)
-    _, stderr = child.communicate()
-    if child.returncode:
-        raise errors.IndexWriteError(f"compaction of {path} failed (exit {child.returncode}): {stderr[-2000:]}")
+    Started on first use (or by :meth:`start`, ahead of the first fold) and kept for the next folds;
+    a child that died is started anew by the next fold. Jobs and answers are JSON lines on its stdin
+    and stdout; its stderr goes to a temporary file, quoted when the child fails."""
+
+    def __init__(self, niceness: int = 10):
+        self.niceness = niceness
+        self._child: subprocess.Popen | None = None
+        self._stderr = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            self._started()
+
+    def _started(self) -> subprocess.Popen:
+        """(Under the lock.) The running child, started now if there is none."""
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        self._discard()
+        self._stderr = tempfile.TemporaryFile()
+        command = [sys.executable, "-m", "densehybrid.index.compaction", str(os.getpid())]
+        # niced from here, right after it starts (before its imports): a ``preexec_fn`` would make the
+        # server fork rather than vfork, copying its page tables while holding the GIL, which stalled
+        # every request thread for tens of milliseconds
+        self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                       text=True)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self._child.pid, self.niceness)
+        return self._child
+
+    def fold(self, path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> None:
+        """:func:`fold_from_log` in the child; raises IndexWriteError (with the child's error) on failure."""
+        job = {"path": str(path), "log_dir": str(log_dir), "through_segment": through_segment,
+               "applied_seq": applied_seq}
+        with self._lock:
+            child = self._started()
+            try:
+                child.stdin.write(json.dumps(job) + "\n")
+                child.stdin.flush()
+                answer = child.stdout.readline()
+            except OSError:
+                answer = ""
+            if not answer:  # the child is gone: its exit status and stderr say why
+                code = child.wait()
+                raise errors.IndexWriteError(f"compaction of {path} failed (the fold process exited with "
+                                             f"{code}): {self._stderr_tail()}")
+            reply = json.loads(answer)
+            if not reply.get("ok"):
+                raise errors.IndexWriteError(f"compaction of {path} failed: {reply.get('error')}")
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()[-2000:].decode("utf-8", "replace")
+
+    def _discard(self) -> None:
+        if self._child is not None:
+            for stream in (self._child.stdin, self._child.stdout):
+                with contextlib.suppress(OSError):
+                    stream.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._child.wait(10)
+            if self._child.poll() is None:
+                self._child.kill()
+                self._child.wait()
+        if self._stderr is not None:
+            self._stderr.close()
+        self._child = self._stderr = None
+
+    def close(self) -> None:
+        """Let the child finish its fold, if any, and exit (end of its input)."""
+        with self._lock:
+            self._discard()
+
+
+def _serve_folds(parent_pid: int) -> None:
+    """The child's loop: one JSON job a line in, one JSON answer a line out, until its input ends."""
+    _exit_with_server(parent_pid)
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever else writes to stdout (a library's progress) goes to stderr, not into the answers
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            fold_from_log(Path(job["path"]), Path(job["log_dir"]), int(job["through_segment"]),
+                          int(job["applied_seq"]))
+            reply = {"ok": True}
+        except Exception as exc:  # noqa: BLE001 - reported to the server, which keeps the log and retries
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(reply) + "\n")
+        answers.flush()
 
 
 if __name__ == "__main__":
-    _die_with(int(sys.argv[5]))
-    fold_from_log(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    _serve_folds(int(sys.argv[1]))

@@ -11,6 +11,8 @@ returns a new one (``index.live.LiveIndex`` swaps them whole).
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -32,10 +34,59 @@ class UnknownDocument(KeyError):
     """A delete named an id that is not in the index."""
 
 
+# rows a delta allocates room for at first; the room doubles whenever it runs out
+_FIRST_CAPACITY = 256
+# a delta re-packs its rows once the dead ones outnumber the live ones (and at least this many)
+_MIN_DEAD_TO_REPACK = 64
+
+
+class _Rows:
+    """Row storage that successive deltas share: each delta sees the first ``n`` rows (views), and a
+    delta grows by writing rows past the end of what any delta has seen, so a published delta's rows
+    never change. Appending a batch is O(batch) (amortized): copying the whole delta on every write
+    made writes cost more the longer compaction took, and that CPU came out of the searches."""
+
+    def __init__(self, dim: int, gated_dim: int | None, capacity: int):
+        self.values = np.empty((capacity, dim), np.float32)
+        self.values16 = np.empty((capacity, dim), np.float16)  # as a stored generation holds them (the rerank reads these)
+        self.gates = None if gated_dim is None else np.empty((capacity, gated_dim), np.uint8)
+        self._filled = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, values: np.ndarray, gates: np.ndarray | None, capacity: int) -> _Rows:
+        rows = cls(values.shape[1], None if gates is None else gates.shape[1], max(capacity, len(values)))
+        if not rows.append_at(0, values, gates):
+            raise AssertionError("a new row store has room for its first rows")
+        return rows
+
+    def fits(self, values: np.ndarray, gates: np.ndarray | None) -> bool:
+        return values.shape[1] == self.values.shape[1] and (gates is None) == (self.gates is None) and (
+            gates is None or gates.shape[1] == self.gates.shape[1])
+
+    def append_at(self, n: int, values: np.ndarray, gates: np.ndarray | None) -> bool:
+        """Write ``values`` (and ``gates``) as rows ``n..``; False (nothing written) when another delta has
+        already grown past ``n`` or there is no room."""
+        end = n + len(values)
+        with self._lock:
+            if n != self._filled or end > len(self.values) or not self.fits(values, gates):
+                return False
+            self._filled = end
+        self.values[n:end] = values
+        self.values16[n:end] = values
+        if gates is not None:
+            self.gates[n:end] = gates
+        return True
+
+
 @dataclass(frozen=True)
 class Delta:
     """Rows added since the base generation and base rows hidden since. values (n, dim) float32,
-    gates (n, G) uint8 or None; ``hidden`` are base row numbers."""
+    values16 the same as float16, gates (n, G) uint8 or None; ``hidden`` are base row numbers.
+
+    Rows are only appended: a replaced or deleted delta row stays, listed in ``dead``, until the
+    dead rows outnumber the live ones and the delta re-packs. ``len`` counts live rows, ``rows``
+    all of them (row numbers run over all of them); ``row_of`` maps the live ids to their rows."""
 
     docs: tuple[Document, ...] = ()
     values: np.ndarray | None = None
@@ -43,63 +94,116 @@ class Delta:
     hidden: frozenset[int] = frozenset()
     changes: int = 0
     row_of: dict[str, int] = field(default_factory=dict)
-    values16: np.ndarray | None = None  # values as a stored generation holds them (the rerank reads these)
-    _payload: list = field(default_factory=list, compare=False, repr=False)  # the columns, once built
-
-    def payload(self, schema: dict[str, str]) -> Payload:
-        """The delta rows' field values as columns (built on first use; a delta never changes)."""
-        if not self._payload:
-            self._payload.append(Payload.from_rows(schema, [d.fields for d in self.docs]))
-        return self._payload[0]
+    values16: np.ndarray | None = None
+    dead: frozenset[int] = frozenset()
+    store: _Rows | None = field(default=None, repr=False, compare=False)
+    # the rows' field columns by schema, built on first use; not an init field, so replace() starts afresh
+    _payloads: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self):
-        if self.values is not None and self.values16 is None:
-            object.__setattr__(self, "values16", self.values.astype(np.float16))
+        if self.values is not None and self.store is None:  # built from whole arrays: give it a store
+            store = _Rows.of(np.asarray(self.values, np.float32), self.gates, len(self.values))
+            n = len(self.values)
+            for name, array in (("values", store.values), ("values16", store.values16), ("gates", store.gates)):
+                object.__setattr__(self, name, None if array is None else array[:n])
+            object.__setattr__(self, "store", store)
 
     def __len__(self) -> int:
+        return len(self.docs) - len(self.dead)
+
+    @property
+    def rows(self) -> int:
+        """Rows held, dead ones included (row numbers run over these)."""
         return len(self.docs)
 
     @property
     def empty(self) -> bool:
-        return not self.docs and not self.hidden
+        return not len(self) and not self.hidden
+
+    @functools.cached_property
+    def live_rows(self) -> np.ndarray:
+        """Row numbers of the live rows, ascending."""
+        if not self.dead:
+            return np.arange(self.rows, dtype=np.int64)
+        return np.setdiff1d(np.arange(self.rows, dtype=np.int64), np.fromiter(self.dead, np.int64, len(self.dead)))
+
+    def live(self) -> tuple[tuple[Document, ...], np.ndarray | None, np.ndarray | None]:
+        """(docs, values, gates) of the live rows only, in row order (what a compaction folds)."""
+        if not self.dead:
+            return self.docs, self.values, self.gates
+        keep = self.live_rows
+        return (tuple(self.docs[i] for i in keep), self.values[keep],
+                None if self.gates is None else self.gates[keep])
+
+    def payload(self, schema: dict[str, str]) -> Payload:
+        """Every row's field values as columns, dead rows too (row numbers run over all of them); built on
+        first use: a delta's rows never change."""
+        key = tuple(schema.items())
+        if key not in self._payloads:
+            self._payloads[key] = Payload.from_rows(schema, [d.fields for d in self.docs])
+        return self._payloads[key]
 
 
-def _without(delta: Delta, ids: set[str]) -> tuple[list[Document], list[int]]:
-    keep = [i for i, d in enumerate(delta.docs) if d.id not in ids]
-    return [delta.docs[i] for i in keep], keep
+def _appended(delta: Delta, docs: Sequence[Document], values: np.ndarray, gates: np.ndarray | None) -> tuple:
+    """(store, values, values16, gates) of ``delta``'s rows followed by the new ones, appended in place
+    when the store has room, else in a new store of twice the size (amortized O(new rows))."""
+    n = delta.rows
+    store = delta.store
+    if store is not None and not store.fits(values, gates):
+        raise ValueError(f"rows of shape {values.shape} do not fit a delta of {store.values.shape[1]} dims "
+                         f"({'with' if store.gates is not None else 'without'} gates)")
+    if store is None or not store.append_at(n, values, gates):
+        capacity = max(_FIRST_CAPACITY, 2 * (n + len(values)))
+        store = _Rows.of(values, gates, capacity) if store is None or n == 0 else _Rows.of(
+            delta.values, delta.gates, capacity)
+        if n and not store.append_at(n, values, gates):
+            raise AssertionError("a new row store has room for the rows it was sized for")
+    end = n + len(values)
+    return (store, store.values[:end], store.values16[:end], None if store.gates is None else store.gates[:end])
+
+
+def _repacked(delta: Delta) -> Delta:
+    """The same delta with its dead rows dropped and the live ones renumbered (O(rows), rare)."""
+    if len(delta.dead) < max(_MIN_DEAD_TO_REPACK, len(delta)):
+        return delta
+    docs, values, gates = delta.live()
+    if not docs:
+        return Delta(hidden=delta.hidden, changes=delta.changes)
+    store = _Rows.of(values, gates, max(_FIRST_CAPACITY, 2 * len(docs)))
+    n = len(docs)
+    return Delta(docs, store.values[:n], None if gates is None else store.gates[:n], delta.hidden, delta.changes,
+                 {d.id: i for i, d in enumerate(docs)}, store.values16[:n], frozenset(), store)
 
 
 def upsert(delta: Delta, base: StoredIndex, docs: Sequence[Document], values: np.ndarray,
            gates: np.ndarray | None) -> Delta:
     """``delta`` with ``docs`` added, replacing any earlier version (in the base or the delta)."""
-    ids = {d.id for d in docs}
-    kept_docs, keep = _without(delta, ids)
+    ids = [d.id for d in docs]
+    replaced = {delta.row_of[i] for i in ids if i in delta.row_of}
     hidden = delta.hidden | {r for r in (base.row_of(i) for i in ids) if r is not None}
-    all_docs = tuple(kept_docs) + tuple(docs)
     values = np.asarray(values, dtype=np.float32)
     gates = None if gates is None else np.asarray(gates, dtype=np.uint8)
-    if delta.values is None:
-        return Delta(all_docs, values.copy(), None if gates is None else gates.copy(), hidden, delta.changes + 1,
-                     {d.id: i for i, d in enumerate(all_docs)})
-    # the float16 copy grows with the rows (converting the whole delta on every write was most of its cost)
-    return Delta(all_docs, np.concatenate([delta.values[keep], values]),
-                 None if gates is None else np.concatenate([delta.gates[keep], gates]), hidden, delta.changes + 1,
-                 {d.id: i for i, d in enumerate(all_docs)},
-                 np.concatenate([delta.values16[keep], values.astype(np.float16)]))
+    store, all_values, values16, all_gates = _appended(delta, docs, values, gates)
+    row_of = dict(delta.row_of)
+    n = delta.rows
+    for i, doc in enumerate(docs):  # a later duplicate in the same batch wins; the earlier row is dead
+        if doc.id in row_of and row_of[doc.id] >= n:
+            replaced.add(row_of[doc.id])
+        row_of[doc.id] = n + i
+    return _repacked(Delta(delta.docs + tuple(docs), all_values, all_gates, hidden, delta.changes + 1, row_of,
+                           values16, delta.dead | replaced, store))
 
 
 def delete(delta: Delta, base: StoredIndex, doc_id: str) -> Delta:
     """``delta`` without ``doc_id``; raises :class:`UnknownDocument` when the id is not live."""
     if not contains(delta, base, doc_id):
         raise UnknownDocument(doc_id)
-    kept_docs, keep = _without(delta, {doc_id})
     row = base.row_of(doc_id)
     hidden = delta.hidden | ({row} if row is not None else set())
-    values = delta.values[keep] if delta.values is not None else None
-    values16 = delta.values16[keep] if delta.values16 is not None else None
-    gates = delta.gates[keep] if delta.gates is not None else None
-    return Delta(tuple(kept_docs), values, gates, hidden, delta.changes + 1,
-                 {d.id: i for i, d in enumerate(kept_docs)}, values16)
+    row_of = dict(delta.row_of)
+    gone = row_of.pop(doc_id, None)
+    dead = delta.dead if gone is None else delta.dead | {gone}
+    return _repacked(replace(delta, hidden=hidden, changes=delta.changes + 1, row_of=row_of, dead=dead))
 
 
 def contains(delta: Delta, base: StoredIndex, doc_id: str) -> bool:
@@ -124,10 +228,10 @@ def apply(delta: Delta, base: StoredIndex, change: Change, *, replaying: bool = 
 
 def _delta_first_stage(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
                        theta: float) -> np.ndarray:
-    """(Q, n) first-stage scores of every delta row, as the base's first stage scores its rows."""
+    """(Q, rows) first-stage scores of every delta row (dead ones too), as the base's first stage scores its rows."""
     if first_stage == "approx_gip":
         scores, rows = gip.approx_topk(xq, gq, delta.values16, delta.gates if searcher.reranks else None, theta,
-                                       len(delta))
+                                       delta.rows)
         out = np.empty_like(scores)
         np.put_along_axis(out, rows, scores, 1)
         return out
@@ -136,20 +240,38 @@ def _delta_first_stage(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.
     return np.einsum("qd,nd->qn", xq, delta.values)
 
 
-def _delta_hits(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
+def top_by_score(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``gip.sort_by_score(scores, rows, k)`` in O(K) per query rather than a sort of all K columns.
+
+    scores (Q, K) float32 (finite), rows (Q, K) int64 >= 0 -> (Q, min(k, K)). Each query's rows
+    scoring at least its k-th best score (ties at the cut included) are sorted as ``sort_by_score``
+    sorts, so the answer is the same."""
+    if k >= scores.shape[1]:
+        return gip.sort_by_score(scores, rows, k)
+    cut = np.partition(scores, scores.shape[1] - k, axis=1)[:, scores.shape[1] - k]
+    out_scores = np.empty((len(scores), k), np.float32)
+    out_rows = np.empty((len(scores), k), np.int64)
+    for q in range(len(scores)):
+        keep = np.flatnonzero(scores[q] >= cut[q])
+        out_scores[q], out_rows[q] = (a[0] for a in gip.sort_by_score(scores[q:q + 1, keep], rows[q:q + 1, keep], k))
+    return out_scores, out_rows
+
+
+def _delta_hits(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, k: int,
                 candidates: int, theta: float, second: bool,
                 kept: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, delta rows) (Q, m) of the delta, two stages like the base: the top ``candidates`` of the
-    first stage, reranked by exact GIP (on float16 values, as a stored generation holds them).
-    ``kept``: the delta rows a filter keeps (None: all)."""
+    """(scores, delta rows) (Q, m) of the live delta rows, two stages like the base: the top ``candidates``
+    of the first stage, reranked by exact GIP (on float16 values, as a stored generation holds them);
+    without the second stage, the first stage's top ``k``. ``kept``: the rows a filter keeps (None: all)."""
     scores = _delta_first_stage(searcher, delta, xq, gq, first_stage, theta)
-    rows = np.broadcast_to(np.arange(len(delta), dtype=np.int64), scores.shape)
-    if kept is not None:
-        scores, rows = scores[:, kept], np.broadcast_to(kept.astype(np.int64), (len(xq), len(kept)))
-    if not second:
-        return scores, rows
-    if candidates < rows.shape[1]:
-        scores, rows = gip.sort_by_score(scores, np.ascontiguousarray(rows), candidates)
+    live = delta.live_rows if kept is None else np.intersect1d(delta.live_rows, kept)
+    if delta.dead or kept is not None:
+        scores = scores[:, live]
+    rows = np.broadcast_to(live, scores.shape)
+    if not second:  # only the delta's own top k can reach the merged top k
+        return top_by_score(scores, np.ascontiguousarray(rows), k)
+    if candidates < len(live):
+        scores, rows = top_by_score(scores, np.ascontiguousarray(rows), candidates)
     return gip.score_rows(xq, gq, delta.values16, delta.gates, np.ascontiguousarray(rows)), rows
 
 
@@ -191,18 +313,20 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
     selectivity = None
     if filter is not None:
         base_kept = found.selectivity * base.count if found.selectivity is not None else 0.0
-        selectivity = (base_kept + len(kept)) / max(1, base.count + len(delta))
+        live_kept = len(np.intersect1d(delta.live_rows, kept))
+        selectivity = (base_kept + live_kept) / max(1, base.count + len(delta))
     with_parts = found.lexical_scores is not None
     xq = searcher.scale(queries.values, lam)
     gq = queries.gates if searcher.reranks else None
-    if len(delta) and (kept is None or len(kept)):
-        extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, first_stage, candidates, theta,
+    if len(delta) and (kept is None or len(kept)):  # live rows
+        extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, first_stage, ranked, candidates, theta,
                                                rerank and searcher.reranks, kept)
     ids, scores, rows, lexical, dense = [], [], [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
-        q_rows = np.array([found.rows[q][i] for i in keep] + list(extra_rows[q] + base.count), dtype=np.int64)
-        q_scores = np.array([found.scores[q][i] for i in keep] + list(extra_scores[q]), dtype=np.float32)
+        q_rows = np.concatenate([np.array([found.rows[q][i] for i in keep], np.int64), extra_rows[q] + base.count])
+        q_scores = np.concatenate([np.array([found.scores[q][i] for i in keep], np.float32),
+                                   extra_scores[q].astype(np.float32, copy=False)])
         q_scores, order = gip.score_order(q_scores[None], q_rows[None], ranked)
         page = order[0, offset:]
         rows.append([int(r) for r in q_rows[page]])

@@ -21,6 +21,7 @@ import numpy as np
 
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.delta import Delta, UnknownDocument, apply, contains, live_ids, merged_search
+from densehybrid.index.compaction import FoldWorker
 from densehybrid.index.documents import Document
 from densehybrid.index.files import load_index
 from densehybrid.index.searcher import Searcher
@@ -62,6 +63,7 @@ class LiveIndex(ManifestView, ServedIndex):
         self._write_lock = threading.Lock()
         self._compact_lock = threading.Lock()
         self._since_rotation: list[Change] | None = None
+        self._folder = FoldWorker() if log_ is not None else None  # its child starts when first needed
         self.last_compaction: float | None = None
         applied = int(base.manifest.get("writes", {}).get("applied_seq", 0))
         self._seq = applied
@@ -166,7 +168,7 @@ class LiveIndex(ManifestView, ServedIndex):
         if row < state.base.count:
             return state.base, row
         d = state.delta
-        return _DeltaRows(state.base.spec, d.values16, d.gates, len(d)), row - state.base.count
+        return _DeltaRows(state.base.spec, d.values16, d.gates, d.rows), row - state.base.count
 
     # -- search --
     def search(self, queries: Encoded, **params) -> SearchResults:
@@ -202,14 +204,17 @@ class LiveIndex(ManifestView, ServedIndex):
         return self._commit(lambda seq: Change(seq, "delete", (Document(doc_id, "", ""),)), check)
 
     # -- compaction --
+    def prepare_compaction(self) -> None:
+        """Start the fold child now (its imports take seconds at low priority), before a compaction needs it."""
+        if self._folder is not None:
+            self._folder.start()
+
     def compact(self) -> bool:
         """Fold the logged changes into a new generation, publish it, then drop the folded log.
 
         Searches and writes go on meanwhile; changes that arrive during the fold stay in the
         delta of the new generation. Returns False when there was nothing to fold.
         """
-        from densehybrid.index.compaction import fold_in_subprocess
-
         if self.log is None:
             return False
         with self._compact_lock:
@@ -220,7 +225,7 @@ class LiveIndex(ManifestView, ServedIndex):
                 segment = self.log.rotate()
                 self._since_rotation = []
             try:
-                fold_in_subprocess(state.base.path, self.log.directory, segment, seq)
+                self._folder.fold(state.base.path, self.log.directory, segment, seq)
                 base = load_index(state.base.path)
                 searcher = self._make_searcher(base)
             except BaseException:
@@ -239,5 +244,7 @@ class LiveIndex(ManifestView, ServedIndex):
             return True
 
     def close(self) -> None:
+        if self._folder is not None:
+            self._folder.close()
         if self.log is not None:
             self.log.close()

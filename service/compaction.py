@@ -24,8 +24,12 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopping = False
+        self._prepared = False
 
     def maybe_start(self) -> None:
+        if not self._prepared:  # the first write: the fold child imports while the delta fills
+            self._prepared = True
+            self.index.prepare_compaction()
         with self._lock:
             busy = self._thread is not None and self._thread.is_alive()
             if busy or self._stopping or self.index.pending_changes < self.threshold:

@@ -167,9 +167,10 @@ class Pipeline:
 
     # -- what routes call ------------------------------------------------------
     async def encode(self, request: Request, texts: list[str], role: Role, options: TextOptions = TextOptions(), *,
-                     output: Output = "vectors") -> EncodedTexts:
+                     output: Output = "vectors", background: bool = False) -> EncodedTexts:
         """Rows of ``texts``. ``options.truncate`` False refuses over-long texts (413) before they reach the
-        worker; ``output="lexical"`` asks for the lexical vectors, refused (422) for models without one."""
+        worker; ``output="lexical"`` asks for the lexical vectors, refused (422) for models without one;
+        ``background`` lets queued searches go first (writes)."""
         if output == "lexical" and not self.encoder.has_lexical:
             raise InvalidRequest(f"the served model ({self.encoder.spec.kind!r}) is dense-only: it has no lexical "
                                  "vector over the vocabulary; use /embed")
@@ -177,7 +178,8 @@ class Pipeline:
         started = time.perf_counter()
         items = await self.tokenize(texts, role, options)
         tokenized = time.perf_counter()
-        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output))
+        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output,
+                                                                           background=background))
         trace.tokenized(started, tokenized, items)
         trace.encoded(tokenized, outcome, role)
         return EncodedTexts(outcome.encoded, items, round(outcome.queue_ms, 3), ms(tokenized - started),

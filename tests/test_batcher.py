@@ -179,3 +179,43 @@ def test_stop_finishes_queued_jobs_then_refuses_new_ones():
     assert all(f.result(timeout=1) is not None for f in futures)
     with pytest.raises(NotReady):
         batcher.submit(encoder.tokenize(["late"], "query"), "query")
+
+
+def blocked_worker(encoder):
+    """A worker held inside its first forward until the returned event is set (jobs queue up meanwhile)."""
+    gate, inside = threading.Event(), threading.Event()
+    original = encoder.encode_tokenized
+    order = []
+
+    def forward(items, role):
+        order.append([item.ids["hash"][1] for item in items])  # each text's first word id names it
+        if not inside.is_set():
+            inside.set()
+            gate.wait(10)
+        return original(items, role)
+
+    encoder.encode_tokenized = forward
+    return gate, inside, order
+
+
+@pytest.mark.parametrize("aged", [False, True])
+def test_queued_searches_go_before_background_writes_until_a_write_has_waited_too_long(aged):
+    encoder = FakeEncoder("dhr")
+    gate, inside, order = blocked_worker(encoder)
+    batcher, _ = make(encoder, max_wait_s=0.0, max_background_wait_s=0.0 if aged else 30.0)
+    word = {name: encoder.tokenize([name], "query")[0].ids["hash"][1] for name in ("first", "w1", "w2", "q1", "q2")}
+    try:
+        futures = [batcher.submit(encoder.tokenize(["first"], "query"), "query")]
+        assert inside.wait(10)
+        futures += [batcher.submit(encoder.tokenize([name], "passage"), "passage", background=True)
+                    for name in ("w1", "w2")]
+        futures += [batcher.submit(encoder.tokenize([name], "query"), "query") for name in ("q1", "q2")]
+        gate.set()
+        for f in futures:
+            f.result(timeout=10)
+    finally:
+        batcher.stop()
+    names = {v: k for k, v in word.items()}
+    got = [[names[w] for w in batch] for batch in order]
+    # waiting writes of the same role batch together; searches batch together, ahead of them unless they aged
+    assert got == ([["first"], ["w1", "w2"], ["q1", "q2"]] if aged else [["first"], ["q1", "q2"], ["w1", "w2"]])
