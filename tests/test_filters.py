@@ -360,7 +360,8 @@ def live_brute_force(live, xq, flt, k):
             ids.append(base.doc_ids[row])
             vectors.append(np.asarray(base.values[row], np.float32))
             fields.append(base.payload.rows([row])[0])
-    for i, doc in enumerate(delta.docs):
+    for i in delta.live_rows:  # replaced or deleted delta rows stay in its storage, dead
+        doc = delta.docs[i]
         ids.append(doc.id)
         vectors.append(delta.values[i])
         fields.append(doc.fields or {})
@@ -385,9 +386,15 @@ def test_documents_written_live_carry_fields_through_the_log_and_compaction(tmp_
     live.upsert(docs[:200], new[:200], None)
     live.upsert([Document("doc7", "", "t", {"rank": 1})] + docs[200:], new[199:], None)  # doc7 replaced
     live.delete("doc8")
+    # a written document replaced (its old row dead, with its old fields) and one deleted
+    live.upsert([Document("new3", "", "t", {"rank": 2, "tags": ["q"]})], new[299:], None)
+    live.delete("new10")
+    assert len(live._state.delta.dead) == 2
     xq, _ = random_rows(3, index.spec.dim, 0, seed=22, dtype=np.float32)
     cases = [{"field": "rank", "range": {"lt": cut}} for cut in (3, 40, 400, 4000, 8000)] + [
-        {"field": "tags", "eq": "z"}, {"not": {"field": "rank", "exists": True}}, {"field": "rank", "eq": 1}]
+        {"field": "tags", "eq": "z"}, {"not": {"field": "rank", "exists": True}}, {"field": "rank", "eq": 1},
+        {"field": "tags", "eq": "q"}, {"field": "rank", "eq": docs[3].fields["rank"]},
+        {"field": "rank", "eq": docs[10].fields["rank"]}]
 
     def check(live_index):
         for raw in cases:
@@ -404,10 +411,10 @@ def test_documents_written_live_carry_fields_through_the_log_and_compaction(tmp_
     reopened = LiveIndex.open(path, Searcher, log_dir=tmp_path / "log")  # replayed from the log
     check(reopened)
     state = reopened._state
-    compaction.fold(state.base, state.delta, path, applied_seq=3)
+    compaction.fold(state.base, state.delta, path, applied_seq=5)
     reopened.close()
     folded = load_index(path)
-    assert folded.field_types == index.field_types and folded.count == 4000 + 300 - 1
+    assert folded.field_types == index.field_types and folded.count == 4000 + 300 - 1 - 1
     compacted = LiveIndex.open(path, Searcher, log_dir=tmp_path / "log2")
     assert compacted._state.delta.empty
     for raw in cases:
