@@ -174,7 +174,20 @@ def _matches(column: Column, wanted: tuple) -> np.ndarray:
         mask = np.zeros(len(column.present), dtype=bool)
         mask[column.element_rows()[hit]] = True
         return mask
+    if column.kind == "integer":
+        wanted = _int64_only(wanted)
     return column.present & np.isin(column.data, np.array(wanted, dtype=column.data.dtype))
+
+
+def _int64_only(values: tuple) -> tuple:
+    """The values an int64 column can hold: one beyond it (JSON integers have no size limit) equals no row."""
+    info = np.iinfo(np.int64)
+    return tuple(v for v in values if info.min <= v <= info.max)
+
+
+def _beyond_int64(bound: int) -> bool:
+    info = np.iinfo(np.int64)
+    return bound > info.max or bound < info.min
 
 
 def _integer_bound(op: str, bound: float) -> tuple[str, int]:
@@ -191,10 +204,8 @@ def _in_range(column: Column, bounds: tuple) -> np.ndarray:
     for op, bound in bounds:
         if column.kind == "integer":
             op, bound = _integer_bound(op, bound)
-            info = np.iinfo(np.int64)
-            if bound > info.max or bound < info.min:  # beyond every stored value
-                everything = (op in ("lt", "lte")) == (bound > info.max)
-                mask &= everything
+            if _beyond_int64(bound):  # beyond every stored value
+                mask &= (op in ("lt", "lte")) == (bound > 0)
                 continue
         bound = data.dtype.type(bound)
         mask &= {"gt": data > bound, "gte": data >= bound, "lt": data < bound, "lte": data <= bound}[op]
@@ -285,13 +296,22 @@ def to_milvus(node: Filter, schema: dict[str, str]) -> str:
     column, present = milvus_field(name), milvus_present(name)
     if isinstance(node, Exists):
         return f"({present} == true)"
+    nothing = f"({present} == true and {present} == false)"
     if isinstance(node, (Eq, In)):
         values = (node.value,) if isinstance(node, Eq) else node.values
+        if kind == "integer":
+            values = _int64_only(values)
+            if not values:
+                return nothing
         listed = "[" + ", ".join(_literal(v) for v in values) + "]"
         if kind == "keyword_list":
             return f"({present} == true and array_contains_any({column}, {listed}))"
         return f"({present} == true and {column} in {listed})"
     ops = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
     bounds = [_integer_bound(op, b) if kind == "integer" else (op, float(b)) for op, b in node.bounds]
+    if kind == "integer":
+        if any(_beyond_int64(b) and (op in ("lt", "lte")) != (b > 0) for op, b in bounds):
+            return nothing
+        bounds = [(op, b) for op, b in bounds if not _beyond_int64(b)]  # the others hold for every row
     parts = [f"{present} == true"] + [f"{column} {ops[op]} {_literal(bound)}" for op, bound in bounds]
     return "(" + " and ".join(parts) + ")"

@@ -146,6 +146,10 @@ def test_integer_range_with_fractional_and_huge_bounds():
     assert kept({"gte": -1.5, "lte": 1.0}) == [False, True, True, False, False, False]
     assert kept({"lt": 1e30}) == [True] * 6
     assert kept({"gt": 1e30}) == [False] * 6
+    huge = -437083652262111746437797322063609856  # JSON integers have no size limit
+    for raw in ({"field": "n", "eq": huge}, {"field": "n", "in": [huge, 2**64, 3]}):
+        got = filters.evaluate(filters.parse(raw, schema), payload).tolist()
+        assert got == [False, False, False, False, "in" in raw, False], raw
 
 
 @pytest.mark.parametrize("raw, field, words", [

@@ -51,7 +51,10 @@ def test_collection_keyword_list_filters_and_fields_equal_the_local_index(export
     for raw in ({"field": "tags", "eq": "a"}, {"not": {"field": "tags", "in": ["a", "b"]}},
                 {"and": [{"field": "tags", "exists": True}, {"field": "rank", "range": {"gte": 100.5, "lt": 9000}}]},
                 {"or": [{"field": "tags", "eq": "zzz"}, {"field": "rank", "eq": 17}]},
-                {"field": "tags", "eq": "nothing"}):
+                {"field": "tags", "eq": "nothing"},
+                # integers beyond int64 (JSON has no limit): equal no row, and bound every row or none
+                {"field": "rank", "in": [-2**70, 17, 2**64]}, {"field": "rank", "eq": 2**70},
+                {"field": "rank", "range": {"lt": 2**70, "gte": 10}}, {"not": {"field": "rank", "range": {"lt": -2**70}}}):
         flt = filters.parse(raw, index.field_types)
         local = Searcher(index).search(Encoded(xq, gq), k=10, candidates=200, filter=flt)
         remote = Searcher(collection).search(Encoded(xq, gq), k=10, candidates=200, filter=flt)
