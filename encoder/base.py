@@ -154,13 +154,13 @@ class Encoder(abc.ABC):
     def encode(self, texts: Sequence[str], role: Role, *, prompt: str = "") -> Encoded:
         return self.encode_tokenized(self.tokenize(texts, role, prompt=prompt), role)
 
+    @abc.abstractmethod
     def tokens(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
         """Each text's tokens with their character offsets, untruncated (the query side's tokenizer)."""
-        raise NotImplementedError(f"{type(self).__name__} does not expose its tokens")
 
+    @abc.abstractmethod
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         """The text of token ids (the query side's tokenizer)."""
-        raise NotImplementedError(f"{type(self).__name__} does not decode token ids")
 
     @property
     def has_lexical(self) -> bool:
