@@ -5,7 +5,9 @@ A write encodes its passages with the index's own model through the pipeline
 (:meth:`index.live.LiveIndex.upsert` fsyncs before it returns, and the fsync
 must not hold up the search threads), so the 2xx leaves only once the change
 is durable, and a search started after it sees the change. Each write may
-start a background compaction (:mod:`service.compaction`).
+start a background compaction (:mod:`service.compaction`). Writes take turns, and while searches
+are being served they yield part of the time to them (:mod:`service.write_pacing`); ``turn_ms``
+in a write's timing is how long it waited for its turn.
 """
 
 from __future__ import annotations
@@ -75,12 +77,15 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
             for d in body.documents]
     # as index build encodes passages: after the index's passage prompt, cut from the right when over-long
     passages = TextOptions(truncate=True, prompt=served_prompts(rt).for_role("passage"))
-    done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage", passages,
-                                    background=True)
-    logged = time.perf_counter()
-    seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)
+    async with rt.pipeline.write_turn() as idle:
+        turn = time.perf_counter()
+        done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage", passages,
+                                        background=True)
+        idle(done.queue_ms / 1000)
+        logged = time.perf_counter()
+        seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)
     rt.compactor.maybe_start()
-    timing = record(request, {"queue_ms": done.queue_ms, "encode_ms": done.encode_ms,
+    timing = record(request, {"turn_ms": ms(turn - started), "queue_ms": done.queue_ms, "encode_ms": done.encode_ms,
                               "log_ms": ms(time.perf_counter() - logged),
                               "total_ms": ms(time.perf_counter() - started)})
     return {"ids": [d.id for d in docs], "seq": seq, "documents": index.count, "timing": timing}
@@ -96,9 +101,11 @@ def _delete(index: LiveIndex, doc_id: str) -> int:
 async def delete_document(rt: Runtime, request: Request, doc_id: str) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
-    seq = await run_in_threadpool(_delete, index, doc_id)
+    async with rt.pipeline.write_turn():
+        turn = time.perf_counter()
+        seq = await run_in_threadpool(_delete, index, doc_id)
     rt.compactor.maybe_start()
-    timing = record(request, {"total_ms": ms(time.perf_counter() - started)})
+    timing = record(request, {"turn_ms": ms(turn - started), "total_ms": ms(time.perf_counter() - started)})
     return {"ids": [doc_id], "seq": seq, "documents": index.count, "timing": timing}
 
 

@@ -74,6 +74,9 @@ class ServiceMetrics:
         self.last_compaction = Gauge(p + "last_compaction_timestamp_seconds",
                                      "Unix time of the last finished compaction (0: none yet)", registry=r)
         self.compactions = Counter(p + "compactions_total", "compactions by outcome", ["outcome"], registry=r)
+        self.write_turn_wait = Histogram(p + "write_turn_wait_seconds",
+                                         "time a write waited for its turn (writes yield to searches; write_share)",
+                                         buckets=seconds, registry=r)
         self.batch_failures = Counter(p + "batch_failures_total", "encoder forwards that raised", ["role"], registry=r)
         self.truncated = Counter(p + "truncated_texts_total", "texts cut to their role's max length, by the end cut",
                                  ["role", "direction"], registry=r)
@@ -118,6 +121,9 @@ class ServiceMetrics:
 
     def observe_filter(self, selectivity: float) -> None:
         self.filter_selectivity.observe(selectivity)
+
+    def observe_write_turn(self, seconds: float) -> None:
+        self.write_turn_wait.observe(seconds)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route=route, status=str(status)).inc()

@@ -26,9 +26,10 @@ Inputs too big to tokenize on the loop add a round trip to a tokenizer thread, b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,12 +41,13 @@ from starlette.concurrency import run_in_threadpool
 from densehybrid.encoder.base import Direction, Encoded, Encoder, Role, SparseVector, TokenizedText
 from densehybrid.index.errors import MilvusUnavailableError
 from densehybrid.service.batcher import Batcher, EncodeOutcome, Output
-from densehybrid.service.errors import (ClientGone, InvalidRequest, PayloadTooLarge, RequestTimeout, ServiceError,
-                                        search_error)
+from densehybrid.service.errors import (ClientGone, InvalidRequest, PayloadTooLarge, QueueFull, RequestTimeout,
+                                        ServiceError, search_error)
 from densehybrid.service.health import Health
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.search_batcher import SearchBatcher, SearchOutcome, SearchParams
 from densehybrid.service.tracing import trace_of
+from densehybrid.service.write_pacing import WritePacer
 
 T = TypeVar("T")
 
@@ -111,7 +113,7 @@ async def _wait_for_disconnect(request: Request) -> None:
 class Pipeline:
     def __init__(self, encoder: Encoder, batcher: Batcher, search_batcher: SearchBatcher | None,
                  search_pool: Executor, health: Health, metrics: ServiceMetrics, *, timeout_s: float,
-                 retry_after_s: int = 1):
+                 retry_after_s: int = 1, pacer: WritePacer | None = None):
         self.encoder = encoder
         self.batcher = batcher
         self.search_batcher = search_batcher
@@ -120,6 +122,7 @@ class Pipeline:
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
+        self.pacer = pacer if pacer is not None else WritePacer()
 
     # -- stages ----------------------------------------------------------------
     async def tokenize(self, texts: list[str], role: Role, options: TextOptions = TextOptions()) -> list[TokenizedText]:
@@ -140,9 +143,16 @@ class Pipeline:
             self.metrics.count_truncated(role, options.direction, cut)
         return items
 
-    async def wait(self, request: Request, future: Future) -> Any:
+    async def wait(self, request: Request, future: Future, *, background: bool = False) -> Any:
         """The request's answer. A client that disconnects first, or the timeout, takes a job still queued
-        out of the queue; one already encoding or searching finishes unread."""
+        out of the queue; one already encoding or searching finishes unread. While a job that is not
+        ``background`` (a write's) is waited for, writes yield to it (:class:`WritePacer`)."""
+        if background:
+            return await self._wait(request, future)
+        with self.pacer.reading():
+            return await self._wait(request, future)
+
+    async def _wait(self, request: Request, future: Future) -> Any:
         waiter = asyncio.wrap_future(future)
         watcher = asyncio.ensure_future(_wait_for_disconnect(request))
         try:
@@ -162,6 +172,18 @@ class Pipeline:
         self.metrics.count_rejected("timeout")
         raise RequestTimeout(f"no answer within {self.timeout_s:g} s (request_timeout_s); retry later")
 
+    @contextlib.asynccontextmanager
+    async def write_turn(self) -> AsyncIterator[Callable[[float], None]]:
+        """One write's turn (:meth:`WritePacer.writing`); refused (429) when the line of waiting writes is full."""
+        if self.pacer.full:
+            self.metrics.count_rejected("writes_backlogged")
+            raise QueueFull(f"{self.pacer.waiting} writes are waiting their turn behind searches; retry later",
+                            self.retry_after_s)
+        asked = time.perf_counter()
+        async with self.pacer.writing() as idle:
+            self.metrics.observe_write_turn(time.perf_counter() - asked)
+            yield idle
+
     async def on_search_threads(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.search_pool, functools.partial(fn, *args))
 
@@ -178,8 +200,8 @@ class Pipeline:
         started = time.perf_counter()
         items = await self.tokenize(texts, role, options)
         tokenized = time.perf_counter()
-        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output,
-                                                                           background=background))
+        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output, background=background),
+                                                 background=background)
         trace.tokenized(started, tokenized, items)
         trace.encoded(tokenized, outcome, role)
         return EncodedTexts(outcome.encoded, items, round(outcome.queue_ms, 3), ms(tokenized - started),

@@ -24,6 +24,7 @@ from densehybrid.service.runtime import Runtime
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.tracing import TracingUnavailable, configure as configure_tracing
+from densehybrid.service.write_pacing import WritePacer
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
                       hand_on=search_batcher.held if search_batcher is not None else None)
     health = Health(served, settings.store_check_s)
     pipeline = Pipeline(encoder, batcher, search_batcher, pool, health, metrics,
-                        timeout_s=settings.request_timeout_s, retry_after_s=settings.retry_after_s)
+                        timeout_s=settings.request_timeout_s, retry_after_s=settings.retry_after_s,
+                        pacer=WritePacer(settings.write_share, settings.max_waiting_writes))
     spec = encoder.spec
     metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm,
                            backend=encoder.backend)

@@ -163,3 +163,33 @@ def test_compose_keeps_indexes_read_only_unless_the_operator_turns_writes_on():
     assert service["environment"]["DENSEHYBRID_WRITES"] == "${DENSEHYBRID_WRITES:-false}"
     assert "indexes:/data/indexes:ro" in service["volumes"]
     assert ServiceSettings(writes="false").write_log_dir is None  # how the service reads that default
+
+
+def test_writes_yield_to_running_searches(index_dir):
+    """With searches running, a write waits its turn (turn_ms) so that writes keep the server busy at most
+    write_share of the time; the searches meanwhile are all answered."""
+    import threading
+
+    with serve(index_dir, write_share=0.05) as live, httpx.Client(base_url=live.url, timeout=30) as client:
+        stop, statuses = threading.Event(), []
+
+        def searching() -> None:
+            with httpx.Client(base_url=live.url, timeout=30) as reader:
+                while not stop.is_set():
+                    statuses.append(reader.post("/search", json={"query": "quokka wombat", "k": 3}).status_code)
+
+        reader = threading.Thread(target=searching)
+        reader.start()
+        try:
+            turns = []
+            for i in range(4):
+                response = client.post("/documents", json={"documents": [{**NEW, "id": f"paced-{i}"}]})
+                assert response.status_code == 200, response.text
+                turns.append(response.json()["timing"]["turn_ms"])
+        finally:
+            stop.set()
+            reader.join()
+        assert max(turns[1:]) > 1.0, turns  # after the first write, each waited for its turn
+        assert statuses and set(statuses) == {200}
+        assert scrape(client, "densehybrid_write_turn_wait_seconds_count") == 4
+        assert scrape(client, "densehybrid_write_turn_wait_seconds_sum") * 1000 >= max(turns[1:]) * 0.9
