@@ -13,7 +13,9 @@ the writes acknowledged, compactions finished, and ``p99_ratio`` (target <= 2).
 The writer sends its next batch as soon as the last one is acknowledged, so a server that writes
 faster also takes more writes in the same phase (its readers share the cores with that much more
 work). ``--write-rate N`` paces it to at most N batches a second instead, to compare two servers
-at the same write load.
+at the same write load. ``--write-share S`` sets the server's ``write_share``: while searches are
+being served, writes wait their turn so that they keep the server busy at most that share of the
+time (1: writes never wait), which is what bounds the readers' slowdown under such a writer.
 """
 
 from __future__ import annotations
@@ -32,25 +34,28 @@ import httpx
 
 from densehybrid.bench.load import percentile_ms, queries
 from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
+from densehybrid.service.settings import ServiceSettings
+
+DEFAULT_WRITE_SHARE = ServiceSettings.model_fields["write_share"].default
 
 
-def _serve(index: str, port: int, compact_after: int) -> None:
+def _serve(index: str, port: int, compact_after: int, write_share: float) -> None:
     """Child process: serve ``index`` with writes on."""
     import uvicorn
 
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.index.files import load_index
     from densehybrid.service.app import create_app
-    from densehybrid.service.settings import ServiceSettings
 
-    settings = ServiceSettings(index=index, compact_after_changes=compact_after, log_level="WARNING")
+    settings = ServiceSettings(index=index, compact_after_changes=compact_after, write_share=write_share,
+                               log_level="WARNING")
     uvicorn.run(create_app(settings, encoder=HashEncoder("dhr"), index=load_index(index)), host="127.0.0.1",
                 port=port, log_level="warning")
 
 
-def _start(index: Path, port: int, compact_after: int) -> subprocess.Popen:
+def _start(index: Path, port: int, compact_after: int, write_share: float) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "densehybrid.bench.write_load", "serve", str(index), str(port),
-                             str(compact_after)])
+                             str(compact_after), str(write_share)])
     wait_for_process_ready(f"http://127.0.0.1:{port}", proc)
     return proc
 
@@ -110,7 +115,7 @@ def _metric(url: str, name: str) -> float:
 
 
 def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int,
-        write_rate: float | None = None) -> dict:
+        write_rate: float | None = None, write_share: float = DEFAULT_WRITE_SHARE) -> dict:
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.bench.toy_index import build_toy_index
 
@@ -118,7 +123,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
         index = build_toy_index(HashEncoder("dhr"), Path(tmp), count=documents)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        proc = _start(index, port, compact_after)
+        proc = _start(index, port, compact_after, write_share)
         try:
             _phase(url, readers, min(2.0, seconds), None)  # warm-up
             read_only = _phase(url, readers, seconds, None)
@@ -130,7 +135,8 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
     ratio = (with_writes["search_p99_ms"] / read_only["search_p99_ms"]
              if read_only["search_p99_ms"] and with_writes["search_p99_ms"] else None)
     return {"documents": documents, "readers": readers, "seconds_per_phase": seconds, "write_batch": write_batch,
-            "compact_after_changes": compact_after, "write_rate": write_rate, "read_only": read_only, "with_writes": with_writes,
+            "compact_after_changes": compact_after, "write_rate": write_rate, "write_share": write_share,
+            "read_only": read_only, "with_writes": with_writes,
             "compactions": compactions, "pending_changes_at_end": pending,
             "p99_ratio": None if ratio is None else round(ratio, 2), "target_p99_ratio": 2.0}
 
@@ -138,7 +144,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
-        _serve(argv[1], int(argv[2]), int(argv[3]))
+        _serve(argv[1], int(argv[2]), int(argv[3]), float(argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=2000)
@@ -148,9 +154,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compact-after", type=int, default=200)
     parser.add_argument("--write-rate", type=float, default=None,
                         help="write batches a second at most (default: the next as soon as one is acknowledged)")
+    parser.add_argument("--write-share", type=float, default=DEFAULT_WRITE_SHARE,
+                        help="the server's write_share: the most of the time writes keep it busy while searches "
+                             "run (1: writes never wait; default: the server's default)")
     args = parser.parse_args(argv)
     print(json.dumps(run(args.documents, args.seconds, args.readers, args.write_batch, args.compact_after,
-                         args.write_rate), indent=2))
+                         args.write_rate, args.write_share), indent=2))
 
 
 if __name__ == "__main__":
