@@ -116,7 +116,7 @@ class ServiceSettings(BaseSettings):
     max_write_documents: int = Field(64, ge=1, description="largest batch of documents in one POST /documents")
     max_document_chars: int = Field(100_000, ge=1, description="longest title or text of a written document")
     compact_after_changes: int = Field(1000, ge=1, description="logged changes that start a background compaction")
-    write_share: float = Field(0.5, gt=0, le=1, description="while searches are being served, the most of the time "
+    write_share: float = Field(0.33, gt=0, le=1, description="while searches are being served, the most of the time "
                                "writes may keep the server busy (writes wait their turn); 1: writes never wait")
     max_waiting_writes: int = Field(64, ge=1, description="writes waiting their turn before 429")
 
