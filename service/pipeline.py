@@ -200,8 +200,8 @@ class Pipeline:
         started = time.perf_counter()
         items = await self.tokenize(texts, role, options)
         tokenized = time.perf_counter()
-        outcome: EncodeOutcome = await self.wait(request, self.batcher.submit(items, role, output, background=background),
-                                                 background=background)
+        job = self.batcher.submit(items, role, output, background=background)
+        outcome: EncodeOutcome = await self.wait(request, job, background=background)
         trace.tokenized(started, tokenized, items)
         trace.encoded(tokenized, outcome, role)
         return EncodedTexts(outcome.encoded, items, round(outcome.queue_ms, 3), ms(tokenized - started),
