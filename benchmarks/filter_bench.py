@@ -31,9 +31,9 @@ QUERIES = ("dense sparse hybrid retrieval", "passage query vector index", "lexic
 
 def build(root: Path, encoder, rows: int) -> Path:
     from densehybrid.encoder.base import Encoded
-    from densehybrid.index.build import build_from_arrays
-    from densehybrid.index.documents import Document
-    from densehybrid.index.payload import Payload
+    from densehybrid.index.building.build import build_from_arrays
+    from densehybrid.index.storage.documents import Document
+    from densehybrid.index.storage.payload import Payload
 
     spec = encoder.spec
     rng = np.random.default_rng(5)
@@ -83,8 +83,8 @@ def over_http(url: str, rows: int, requests: int) -> dict:
 
 def in_process(index, encoder, rows: int, repeats: int) -> dict:
     """p50 of ``Searcher.search`` per engine and selectivity (one query at a time, as a lone request)."""
-    from densehybrid.index import filters
-    from densehybrid.index.searcher import Searcher
+    from densehybrid.index.search import filters
+    from densehybrid.index.search.searcher import Searcher
 
     queries = [encoder.encode([q], "query") for q in QUERIES]
     nodes = {share: None if share is None else filters.parse(filter_for(share, rows), index.field_types)
@@ -112,7 +112,7 @@ def with_ratios(table: dict, key: str | None = None) -> dict:
 def run(rows: int, requests: int) -> dict:
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -14,9 +14,13 @@ import argparse
 import json
 import time
 
-from densehybrid.index import commands, evaluate, milvus
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.building import commands
+
+from densehybrid.index import evaluate
+
+from densehybrid.index.storage import milvus
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 
 
 def parity(index_dir: str, queries_path: str, qrels_path: str, uri: str, collection: str, candidates: int) -> dict:

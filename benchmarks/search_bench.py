@@ -15,7 +15,7 @@ import numpy as np
 
 from densehybrid.bench.memory import available_bytes
 from densehybrid.bench.timing import ratio, time_calls
-from densehybrid.index import gip
+from densehybrid.index.search import gip
 from densehybrid.index.engines import faiss_engine
 
 log = logging.getLogger(__name__)

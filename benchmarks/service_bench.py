@@ -48,8 +48,8 @@ def query_texts(count: int, seed: int = 0) -> list[str]:
 
 def build_index(root: Path, encoder, docs: int) -> Path:
     """An index of seeded random rows in the encoder's layout (search cost depends on sizes only)."""
-    from densehybrid.index.build import build_from_arrays
-    from densehybrid.index.documents import Document
+    from densehybrid.index.building.build import build_from_arrays
+    from densehybrid.index.storage.documents import Document
 
     spec = encoder.spec
     rng = np.random.default_rng(5)
@@ -60,8 +60,8 @@ def build_index(root: Path, encoder, docs: int) -> Path:
 
 
 def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict:
-    from densehybrid.index.files import load_index
-    from densehybrid.index.searcher import Searcher
+    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.search.searcher import Searcher
 
     searcher = Searcher(load_index(index_dir))
     cycle = iter(range(1 << 30))

@@ -30,7 +30,7 @@ def write_toy_corpus(path: Path, count: int = 80, seed: int = 0) -> Path:
 
 def build_toy_index(encoder: Encoder, directory: Path, count: int = 80) -> Path:
     """A small real index (the project's builder) of :func:`write_toy_corpus`."""
-    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.index.building.build import BuildOptions, build_index
 
     directory.mkdir(parents=True, exist_ok=True)
     corpus = write_toy_corpus(directory / "corpus.jsonl", count)

@@ -44,7 +44,7 @@ def _serve(index: str, port: int, compact_after: int, write_share: float) -> Non
     import uvicorn
 
     from densehybrid.bench.hash_encoder import HashEncoder
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
     from densehybrid.service.app import create_app
 
     settings = ServiceSettings(index=index, compact_after_changes=compact_after, write_share=write_share,

@@ -35,9 +35,9 @@ def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     """Models fetched, corpus written and index built (or reused); returns the index directory."""
     from densehybrid.cli.demo_corpus import FIELDS, write_stdlib_corpus
     from densehybrid.encoder.loading import load_encoder
-    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.index.building.build import BuildOptions, build_index
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
 
     for name in (LEXICAL_MODEL, DENSE_MODEL):
         zoo.fetch(name)

@@ -21,15 +21,16 @@ from densehybrid.cli.errors import fail
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index import commands, filters
-from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.building import commands
+from densehybrid.index.search import filters
+from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexAccessError
 from densehybrid.index.evaluate import EvalInputError
-from densehybrid.index.files import load_index
-from densehybrid.index.fusion import DEFAULT_METHOD, FUSION_METHODS
-from densehybrid.index.ray_build import RayBuildError, RayOptions, RayShardEncoder
-from densehybrid.index.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.fusion import DEFAULT_METHOD, FUSION_METHODS
+from densehybrid.index.building.ray_build import RayBuildError, RayOptions, RayShardEncoder
+from densehybrid.index.search.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 
 log = logging.getLogger(__name__)
 console = Console()
@@ -146,7 +147,7 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
     if milvus_uri or collection:
         if index_dir is not None or not (milvus_uri and collection):
             fail("give either --index DIR or both --milvus-uri URI and --collection NAME")
-        from densehybrid.index.milvus import open_collection
+        from densehybrid.index.storage.milvus import open_collection
 
         return open_collection(milvus_uri, collection)
     if index_dir is None:
@@ -280,7 +281,7 @@ def index_export(
     """Copy an index into Milvus; re-running resumes an interrupted export and never duplicates rows."""
     from tqdm.auto import tqdm
 
-    from densehybrid.index.milvus import export_index
+    from densehybrid.index.storage.milvus import export_index
 
     try:
         index = load_index(index_dir)

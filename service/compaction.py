@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 
-from densehybrid.index.live import LiveIndex
+from densehybrid.index.writes.live import LiveIndex
 from densehybrid.service.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,12 @@ import time
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from densehybrid.index.build import passage_text
-from densehybrid.index.documents import Document
+from densehybrid.index.building.build import passage_text
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.live import LiveIndex, UnknownDocument
-from densehybrid.index.payload import PayloadError, check_value
-from densehybrid.index.wal import LogFullError
+from densehybrid.index.writes.live import LiveIndex, UnknownDocument
+from densehybrid.index.storage.payload import PayloadError, check_value
+from densehybrid.index.writes.wal import LogFullError
 from densehybrid.service.errors import InsufficientStorage, InvalidRequest, NotFound, WriteFailed, WritesDisabled
 from densehybrid.service.handlers import require_index, require_ready, served_prompts
 from densehybrid.service.pipeline import TextOptions, ms, record

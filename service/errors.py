@@ -134,7 +134,7 @@ class WriteFailed(ServiceError):
 
 def search_error(exc: Exception, retry_after_s: int = 1) -> ServiceError:
     """What a failed search stage tells the client: its own fault (422), the store's (503) or ours (500)."""
-    from densehybrid.index.searcher import SearchError
+    from densehybrid.index.search.searcher import SearchError
 
     if isinstance(exc, ServiceError):
         return exc

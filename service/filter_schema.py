@@ -17,7 +17,9 @@ from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discr
 
 from pydantic_core import PydanticCustomError
 
-from densehybrid.index import filters, payload
+from densehybrid.index.search import filters
+
+from densehybrid.index.storage import payload
 
 
 def _json_number(value):

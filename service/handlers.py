@@ -13,7 +13,7 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index import filters
+from densehybrid.index.search import filters
 from densehybrid.service import filter_schema
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
@@ -119,7 +119,7 @@ async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *,
 
 # -- /search -------------------------------------------------------------------
 def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
-    from densehybrid.index.explain import explain
+    from densehybrid.index.search.explain import explain
 
     source, local_row = rt.index.locate(row)  # a base row, or a row written since (index.live)
     found = explain(query, source, local_row, lam=lam, vocab_size=rt.encoder.spec.vocab_size or 0)

@@ -304,7 +304,7 @@ class Pipeline:
 
 
 def _score_passages(query: Encoded, passages: Encoded, gated_dim: int, lam: float) -> np.ndarray:
-    from densehybrid.index import gip
+    from densehybrid.index.search import gip
 
     xq = gip.scale_queries(query.values, gated_dim, lam)
     return gip.exhaustive(xq, query.gates, passages.values, passages.gates)[0]

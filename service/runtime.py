@@ -15,7 +15,7 @@ from densehybrid.service.search_batcher import SearchBatcher
 from densehybrid.service.settings import ServiceSettings
 
 if TYPE_CHECKING:
-    from densehybrid.index.live import LiveIndex
+    from densehybrid.index.writes.live import LiveIndex
     from densehybrid.service.compaction import Compactor
     from densehybrid.service.tracing import Tracing
 

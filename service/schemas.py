@@ -19,7 +19,7 @@ from pydantic import (AfterValidator, AllowInfNan, BaseModel, BeforeValidator, C
 
 from densehybrid.encoder.choices import Direction, Role
 from densehybrid.encoder.prompts import PASSAGE_NAME, Prompts
-from densehybrid.index.fusion import DEFAULT_RRF_K, FusionMethod
+from densehybrid.index.search.fusion import DEFAULT_RRF_K, FusionMethod
 from densehybrid.service import filter_schema
 from densehybrid.service.settings import Limits
 

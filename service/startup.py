@@ -45,7 +45,7 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
     if index is not None:  # before the model loads: contradicting prompts and a wrong search device fail fast
         check_prompts(settings, index.prompts)
-        from densehybrid.index.searcher import SearchError, resolve_search_device
+        from densehybrid.index.search.searcher import SearchError, resolve_search_device
 
         try:
             resolve_search_device(settings.search_device, index)
@@ -54,7 +54,7 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
     encoder = _load_encoder(settings, index)
     if index is not None:
         from densehybrid.index.errors import IndexAccessError
-        from densehybrid.index.files import check_compatible
+        from densehybrid.index.storage.files import check_compatible
 
         try:
             check_compatible(index.spec, encoder.spec)
@@ -75,7 +75,7 @@ def check_prompts(settings: ServiceSettings, recorded) -> None:
 
 def _load_index(settings: ServiceSettings):
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
 
     try:
         index = load_index(settings.index)
@@ -87,7 +87,7 @@ def _load_index(settings: ServiceSettings):
 
 def _open_collection(settings: ServiceSettings):
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.milvus import open_collection
+    from densehybrid.index.storage.milvus import open_collection
 
     try:
         index = open_collection(settings.milvus_uri, settings.collection, timeout_s=settings.milvus_timeout_s)
@@ -157,7 +157,7 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
 
 def _live(settings: ServiceSettings, index):
     """The index as served: a live index, writable when the settings name a write-ahead log."""
-    from densehybrid.index.live import LiveIndex
+    from densehybrid.index.writes.live import LiveIndex
     from densehybrid.index.errors import IndexAccessError
 
     log_dir = settings.write_log_dir
@@ -170,7 +170,7 @@ def _live(settings: ServiceSettings, index):
 
 
 def _make_searcher(index, search_device: str):
-    from densehybrid.index.searcher import Searcher, resolve_search_device
+    from densehybrid.index.search.searcher import Searcher, resolve_search_device
 
     device = resolve_search_device(search_device, index)
     log.info("search device", extra={"fields": {"search_device": device}})

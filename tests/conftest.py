@@ -54,7 +54,7 @@ def fake_models(monkeypatch):
     Production code has no such model id; without this fixture ``fake:KIND`` is an unknown model.
     """
     from support.fake_encoder import FakeEncoder
-    from densehybrid.index import commands
+    from densehybrid.index.building import commands
 
     real_load = commands.load_model
 

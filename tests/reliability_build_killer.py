@@ -27,7 +27,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.building.build import BuildOptions, build_index
 
 from support.fake_encoder import FakeEncoder
 

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from densehybrid.index.searcher import Searcher
-from densehybrid.index.files import load_index
+from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.storage.files import load_index
 from densehybrid.service.search_batcher import SearchBatcher, SearchParams
 from densehybrid.bench.toy_index import TOPICS
 

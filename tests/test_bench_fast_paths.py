@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from densehybrid.encoder import representations as R
-from densehybrid.index import gip
+from densehybrid.index.search import gip
 
 
 def numpy_term_weighted(logits, w, mask):

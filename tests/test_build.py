@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from support.index_files import index_files
-from densehybrid.index import shards
-from densehybrid.index.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
+from densehybrid.index.building import shards
+from densehybrid.index.building.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 
 import support
 from support.fake_encoder import FakeEncoder
@@ -80,7 +80,7 @@ def test_auto_lambda_is_recorded(tmp_path):
 BUILD_SCRIPT = """
 import sys
 from support.fake_encoder import FakeEncoder
-from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.building.build import BuildOptions, build_index
 build_index(FakeEncoder("fusion", delay_s=0.05), sys.argv[1], sys.argv[2],
             BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True))
 """

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from densehybrid.index import compaction
+from densehybrid.index.writes import compaction
 from densehybrid.index.errors import IndexWriteError
 
 from support.waiting import wait_until
@@ -88,7 +88,7 @@ def test_one_child_serves_the_folds_and_a_dead_one_is_replaced(tmp_path, monkeyp
 # prints the child's pid and the answer, and lives until its stdin closes
 SERVER = """
 import sys, threading
-from densehybrid.index.compaction import FoldWorker
+from densehybrid.index.writes.compaction import FoldWorker
 from densehybrid.index.errors import IndexWriteError
 worker = FoldWorker()
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from densehybrid.bench.hash_encoder import HashEncoder
 from densehybrid.bench.toy_index import write_toy_corpus
-from densehybrid.index import files
-from densehybrid.index.build import BuildOptions, build_index
-from densehybrid.index.compaction import fold
-from densehybrid.index.delta import Delta
-from densehybrid.index.files import load_index
+from densehybrid.index.storage import files
+from densehybrid.index.building.build import BuildOptions, build_index
+from densehybrid.index.writes.compaction import fold
+from densehybrid.index.writes.delta import Delta
+from densehybrid.index.storage.files import load_index
 
 
 def test_a_fold_keeps_the_builders_manifest_entries(tmp_path):

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from densehybrid.index import delta as D
-from densehybrid.index import gip
-from densehybrid.index.documents import Document
+from densehybrid.index.writes import delta as D
+from densehybrid.index.search import gip
+from densehybrid.index.storage.documents import Document
 
 DIM, GATED = 6, 4
 

@@ -373,7 +373,7 @@ def test_dashboard_and_alerts_use_only_contract_names():
 
 # ------------------------------------------------------ against the live service
 def _small_index(encoder, directory: Path) -> Path:
-    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.index.building.build import BuildOptions, build_index
 
     topics = ["dense retrieval", "lexical matching", "gated inner product", "faiss flat index", "query latency"]
     corpus = directory / "corpus.jsonl"
@@ -389,7 +389,7 @@ def live_exposition(tmp_path_factory) -> str:
 
     from support.fake_encoder import FakeEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -72,7 +72,7 @@ def panel_queries() -> list[tuple[str, str]]:
 
 
 def small_index(encoder, directory: Path) -> Path:
-    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.index.building.build import BuildOptions, build_index
 
     corpus = directory / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"D{i}", "title": "", "text": f"{t} passage {i}"}) + "\n"
@@ -94,7 +94,7 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
     binary = require_tool("prometheus", prometheus_binary())
     from support.fake_encoder import FakeEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

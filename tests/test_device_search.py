@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from densehybrid.index import gip
+from densehybrid.index.search import gip
 from densehybrid.index.engines.torch_engine import TorchFlatIndex, search_devices
-from densehybrid.index.searcher import Searcher, SearchError, resolve_search_device
+from densehybrid.index.search.searcher import Searcher, SearchError, resolve_search_device
 from test_gip import numpy_gip, random_rows
 from test_search import make_index, queries_for
 

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index import build, filters, fusion, gip
-from densehybrid.index.documents import Document
+from densehybrid.index.building import build
+from densehybrid.index.search import filters, fusion, gip
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.files import load_index
-from densehybrid.index.payload import Payload, PayloadError, load_payload
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.storage.payload import Payload, PayloadError, load_payload
+from densehybrid.index.search.searcher import Searcher
 from test_gip import random_rows
 
 # -- the row mask -------------------------------------------------------------------------
@@ -376,8 +377,8 @@ def live_brute_force(live, xq, flt, k):
 
 
 def test_documents_written_live_carry_fields_through_the_log_and_compaction(tmp_path):
-    from densehybrid.index import compaction
-    from densehybrid.index.live import LiveIndex
+    from densehybrid.index.writes import compaction
+    from densehybrid.index.writes.live import LiveIndex
 
     index, values, _, rank = synthetic_index(tmp_path, "cls", n=4000)
     path = index.path

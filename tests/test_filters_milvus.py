@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index import filters, milvus
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.search import filters
+from densehybrid.index.storage import milvus
+from densehybrid.index.search.searcher import Searcher
 from test_filters import N, SELECTIVITIES, brute_force, synthetic_index
 from test_gip import random_rows
 

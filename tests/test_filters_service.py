@@ -7,10 +7,10 @@ import httpx
 import pytest
 
 from densehybrid.bench.servers import LiveServer
-from densehybrid.index import filters
-from densehybrid.index.build import BuildOptions, build_index
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.search import filters
+from densehybrid.index.building.build import BuildOptions, build_index
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -1,11 +1,11 @@
-"""Normalised fusion of the lexical and dense parts (index/fusion.py) and its use by the searcher."""
+"""Normalised fusion of the lexical and dense parts (index/search/fusion.py) and its use by the searcher."""
 
 import numpy as np
 import pytest
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index import fusion, gip
-from densehybrid.index.searcher import Searcher, SearchError
+from densehybrid.index.search import fusion, gip
+from densehybrid.index.search.searcher import Searcher, SearchError
 from test_search import make_index, queries_for
 
 
@@ -259,8 +259,8 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
     from typer.testing import CliRunner
 
     from densehybrid.cli.main import app
-    from densehybrid.index.build import read_corpus
-    from densehybrid.index.files import load_index
+    from densehybrid.index.building.build import read_corpus
+    from densehybrid.index.storage.files import load_index
     from test_build import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", 30)
@@ -291,8 +291,8 @@ def test_cli_eval_compare_fusion_prints_every_method_and_equals_the_single_runs(
     from typer.testing import CliRunner
 
     from densehybrid.cli.main import app
-    from densehybrid.index.build import read_corpus
-    from densehybrid.index.commands import COMPARED_METHODS
+    from densehybrid.index.building.build import read_corpus
+    from densehybrid.index.building.commands import COMPARED_METHODS
     from test_build import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", 40)
@@ -324,7 +324,7 @@ def test_live_server_search_picks_the_fusion_method_per_request(toy_index):
 
     from support.fake_encoder import FakeEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -1,9 +1,9 @@
-"""densehybrid.index.gip against independent numpy brute force on seeded random data."""
+"""densehybrid.index.search.gip against independent numpy brute force on seeded random data."""
 
 import numpy as np
 import pytest
 
-from densehybrid.index import gip
+from densehybrid.index.search import gip
 
 
 def random_rows(n, dim, gated, *, seed, gate_values=3, dtype=np.float16):

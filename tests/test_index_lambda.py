@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from densehybrid.index import lambda_auto
+from densehybrid.index.building import lambda_auto
 
 from support.fake_encoder import FakeEncoder
 

@@ -6,10 +6,11 @@ import pytest
 from typer.testing import CliRunner
 
 from densehybrid.encoder.config import EncoderConfig
-from densehybrid.index import commands, gip
-from densehybrid.index.build import BuildOptions, build_index
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.building import commands
+from densehybrid.index.search import gip
+from densehybrid.index.building.build import BuildOptions, build_index
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 
 PASSAGES = {
     "tides": "Ocean tides are caused by the gravitational pull of the moon and the sun on the oceans.",

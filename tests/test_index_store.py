@@ -6,10 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from densehybrid.index import build, errors, files
-from densehybrid.index.documents import Document
+from densehybrid.index.building import build
+
+from densehybrid.index import errors
+
+from densehybrid.index.storage import files
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
-from densehybrid.index.files import check_compatible, load_index
+from densehybrid.index.storage.files import check_compatible, load_index
 
 from support.fake_encoder import FakeEncoder
 

@@ -4,12 +4,12 @@ after compaction and after a restart from the log."""
 import numpy as np
 import pytest
 
-from densehybrid.index import wal
-from densehybrid.index.build import build_from_arrays, encode_passages, passage_text
-from densehybrid.index.documents import Document
-from densehybrid.index.files import load_index
-from densehybrid.index.live import LiveIndex, UnknownDocument
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.writes import wal
+from densehybrid.index.building.build import build_from_arrays, encode_passages, passage_text
+from densehybrid.index.storage.documents import Document
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.writes.live import LiveIndex, UnknownDocument
+from densehybrid.index.search.searcher import Searcher
 
 from support.fake_encoder import FakeEncoder
 

@@ -12,11 +12,13 @@ from typer.testing import CliRunner
 
 from densehybrid.bench.servers import LiveServer, free_port
 from densehybrid.cli.main import app
-from densehybrid.index import errors, gip, milvus
+from densehybrid.index import errors
+from densehybrid.index.search import gip
+from densehybrid.index.storage import milvus
 from densehybrid.index.engines.milvus_engine import rerank_fetched
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
-from densehybrid.index.files import check_compatible, load_index
-from densehybrid.index.searcher import Searcher, SearchError
+from densehybrid.index.storage.files import check_compatible, load_index
+from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 
@@ -107,9 +109,9 @@ def test_collection_carries_manifest_texts_and_rows(toy, collection):
 
 
 def test_collection_implements_the_served_index_and_its_store_the_vector_store(collection):
-    from densehybrid.index.live import LiveIndex
-    from densehybrid.index.served import ServedIndex, StoredIndex
-    from densehybrid.index.vector_store import VectorStore
+    from densehybrid.index.writes.live import LiveIndex
+    from densehybrid.index.search.served import ServedIndex, StoredIndex
+    from densehybrid.index.search.vector_store import VectorStore
     from test_served import assert_implements
 
     assert_implements(collection, StoredIndex)

@@ -8,10 +8,10 @@ import pytest
 
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.encoder.model_dir import identity_files
-from densehybrid.index import commands
-from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.building import commands
+from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexMismatchError
-from densehybrid.index.files import MANIFEST, check_compatible, load_index
+from densehybrid.index.storage.files import MANIFEST, check_compatible, load_index
 
 
 @pytest.fixture()
@@ -79,7 +79,7 @@ def test_an_index_from_before_the_lock_still_loads_with_a_warning(model_and_inde
     (ix / MANIFEST).write_text(json.dumps(manifest))
     index = load_index(ix)
     assert index.spec.identity_files == {}
-    with caplog.at_level(logging.WARNING, logger="densehybrid.index.files"):
+    with caplog.at_level(logging.WARNING, logger="densehybrid.index.storage.files"):
         commands.encoder_for_index(index)
     assert "rebuild the index to lock them" in caplog.text
 

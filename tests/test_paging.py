@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index import build, fusion, gip
-from densehybrid.index.documents import Document
-from densehybrid.index.files import load_index
-from densehybrid.index.live import LiveIndex
-from densehybrid.index.searcher import Searcher, SearchError
+from densehybrid.index.building import build
+from densehybrid.index.search import fusion, gip
+from densehybrid.index.storage.documents import Document
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.writes.live import LiveIndex
+from densehybrid.index.search.searcher import Searcher, SearchError
 from test_gip import numpy_gip
 
 GATED, DENSE = 24, 8
@@ -202,7 +203,7 @@ def test_live_writes_page_with_base_rows_before_equal_added_rows(tmp_path):
 
 @pytest.mark.slow  # Milvus Lite: a store process per database file
 def test_milvus_pages_equal_the_local_index(tmp_path):
-    from densehybrid.index import milvus
+    from densehybrid.index.storage import milvus
 
     index = tied_index(tmp_path, "fusion")
     uri = str(tmp_path / "lite.db")

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from support.index_files import index_files
-from densehybrid.index import shards
-from densehybrid.index.build import BuildOptions, build_index
+from densehybrid.index.building import shards
+from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
-from densehybrid.index.files import load_index
+from densehybrid.index.storage.files import load_index
 
 from support.fake_encoder import FakeEncoder
 

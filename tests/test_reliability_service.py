@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, toy_index):
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.files import load_index
+    from densehybrid.index.storage.files import load_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
     index = load_index(toy_index("dhr", count=20))
@@ -79,7 +79,7 @@ def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, bo
 def served_index(tmp_path_factory, tiny_bert_dir):
     """A small index of a real (tiny, random) model, built through the CLI like a user would."""
     from densehybrid.encoder.loading import load_encoder
-    from densehybrid.index.build import BuildOptions, build_index
+    from densehybrid.index.building.build import BuildOptions, build_index
     from densehybrid.bench.toy_index import write_toy_corpus
 
     root = tmp_path_factory.mktemp("served")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index import fusion
-from densehybrid.index.searcher import Searcher, SearchError
+from densehybrid.index.search import fusion
+from densehybrid.index.search.searcher import Searcher, SearchError
 from test_search import make_index, queries_for
 
 ALL_METHODS = fusion.FUSION_METHODS
@@ -172,9 +172,9 @@ def test_an_empty_lexical_part_with_few_candidates_and_pages(tmp_path):
 def real_fusion_index(tmp_path_factory, splade_tiny_dir, minilm_dir):
     """A real ``fusion`` index (SPLADE-tiny ⊕ λ·MiniLM) of a few sentences, and its encoder."""
     from densehybrid.encoder.loading import load_encoder
-    from densehybrid.index.build import build_from_arrays, encode_passages
-    from densehybrid.index.documents import Document
-    from densehybrid.index.files import load_index
+    from densehybrid.index.building.build import build_from_arrays, encode_passages
+    from densehybrid.index.storage.documents import Document
+    from densehybrid.index.storage.files import load_index
     from test_index_models import PASSAGES
 
     encoder = load_encoder("splade-tiny", kind="fusion", dense_model="minilm", lam=20.0)

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index import build
-from densehybrid.index.documents import Document
+from densehybrid.index.building import build
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexMismatchError
-from densehybrid.index.explain import explain
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher, SearchError
+from densehybrid.index.search.explain import explain
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher, SearchError
 from test_gip import numpy_gip, numpy_topk, random_rows
 
 from support.fake_encoder import FakeEncoder

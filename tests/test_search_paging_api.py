@@ -4,8 +4,8 @@ import httpx
 import pytest
 
 from densehybrid.bench.servers import LiveServer
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from support.fake_encoder import FakeEncoder

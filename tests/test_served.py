@@ -6,15 +6,15 @@ import inspect
 import numpy as np
 import pytest
 
-from densehybrid.index import gip
-from densehybrid.index.documents import Document
+from densehybrid.index.search import gip
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines.faiss_engine import FaissStore
 from densehybrid.index.engines.torch_engine import TorchStore
-from densehybrid.index.live import LiveIndex
-from densehybrid.index.searcher import Searcher
-from densehybrid.index.served import ServedIndex, StoredIndex
-from densehybrid.index.vector_store import VectorStore
-from densehybrid.index.wal import WriteAheadLog
+from densehybrid.index.writes.live import LiveIndex
+from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.served import ServedIndex, StoredIndex
+from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.writes.wal import WriteAheadLog
 from test_search import make_index, queries_for
 
 

@@ -7,8 +7,8 @@ import httpx
 import numpy as np
 import pytest
 
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.responses import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.index.files import VALUES
+from densehybrid.index.storage.files import VALUES
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from densehybrid.encoder.loading import load_encoder
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import load_components
 from densehybrid.service.settings import ServiceSettings

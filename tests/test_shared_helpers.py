@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from densehybrid.index.build import read_corpus
+from densehybrid.index.building.build import read_corpus
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.evaluate import EvalInputError, read_queries
 from densehybrid.index.jsonl import read_jsonl

@@ -18,9 +18,9 @@ from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import write_toy_corpus
 from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.encoder.tokenization import RoleTokenizer
-from densehybrid.index.build import BuildOptions, build_index, build_state, passage_text, read_corpus
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
+from densehybrid.index.building.build import BuildOptions, build_index, build_state, passage_text, read_corpus
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.startup import StartupError
@@ -321,8 +321,8 @@ def test_cli_build_records_prompts_and_search_applies_them(tmp_path, fake_models
 
 
 def test_compaction_keeps_the_prompts(prompted, tmp_path):
-    from densehybrid.index.compaction import fold
-    from densehybrid.index.delta import Delta
+    from densehybrid.index.writes.compaction import fold
+    from densehybrid.index.writes.delta import Delta
 
     _, index_dir, _ = prompted
     folded = load_index(fold(load_index(index_dir), Delta(hidden=frozenset({0})), tmp_path / "gen", applied_seq=1))
@@ -349,7 +349,7 @@ def test_written_documents_get_the_passage_prompt(prompted, tmp_path):
 
 
 def test_cli_search_and_eval_encode_queries_after_the_prompt(prompted):
-    from densehybrid.index import commands
+    from densehybrid.index.building import commands
 
     encoder, index_dir, _ = prompted
     index = load_index(index_dir)
@@ -362,7 +362,7 @@ def test_cli_search_and_eval_encode_queries_after_the_prompt(prompted):
 
 def test_resume_refuses_other_prompts(tmp_path):
     from densehybrid.index.errors import IndexWriteError
-    from densehybrid.index import shards
+    from densehybrid.index.building import shards
 
     corpus = write_toy_corpus(tmp_path / "corpus.jsonl", 8)
     encoder = FakeEncoder("dhr")

@@ -7,9 +7,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from densehybrid.index import wal
-from densehybrid.index.documents import Document
-from densehybrid.index.wal import Change, LogFullError, WriteAheadLog
+from densehybrid.index.writes import wal
+from densehybrid.index.storage.documents import Document
+from densehybrid.index.writes.wal import Change, LogFullError, WriteAheadLog
 
 
 def upsert(seq: int, n: int = 2, dim: int = 6, gated: int = 4, seed: int = 0) -> Change:

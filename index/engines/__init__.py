@@ -1,2 +1,2 @@
-"""One module per search engine, each with its :class:`~densehybrid.index.vector_store.VectorStore`:
+"""One module per search engine, each with its :class:`~densehybrid.index.search.vector_store.VectorStore`:
 ``faiss_engine`` (CPU, flat or PQ), ``torch_engine`` (exact, CPU or GPU), ``milvus_engine`` (a collection)."""

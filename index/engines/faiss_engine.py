@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from densehybrid.index import fusion, gip
+from densehybrid.index.search import fusion, gip
 from densehybrid.index.engines.host import HostRows
-from densehybrid.index.filters import Selection
-from densehybrid.index.vector_store import VectorStore
+from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from densehybrid.index import gip
-from densehybrid.index.filters import Selection
+from densehybrid.index.search import gip
+from densehybrid.index.search.filters import Selection
 
 
 class HostRows:

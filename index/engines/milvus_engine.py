@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from densehybrid.index import fusion, gip
+from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexAccessError, MilvusUnavailableError, SearchError
-from densehybrid.index.filters import Selection
-from densehybrid.index.vector_store import VectorStore
+from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.vector_store import VectorStore
 
 INSTALL_HINT = "pip install 'densehybrid[milvus]'"
 # Milvus caps one search's limit (topk) at 16 384 and one request's size; fetch in slices below both
@@ -55,7 +55,7 @@ def call(uri: str, what: str, fn: Callable, *args, **kwargs):
 # -- searching ---------------------------------------------------------------------
 
 class MilvusStore(VectorStore):
-    """A collection as a :class:`~densehybrid.index.vector_store.VectorStore`: FLAT/IP search in Milvus,
+    """A collection as a :class:`~densehybrid.index.search.vector_store.VectorStore`: FLAT/IP search in Milvus,
     the exact rerank in numpy on the candidates' vectors, fetched once per search."""
 
     def __init__(self, client, uri: str, collection: str, dim: int, gated_dim: int):

@@ -8,7 +8,7 @@ The same code runs on CPU, which is how CI tests it.
 Layout: the index rows are split evenly over ``devices`` (one slice per GPU; the per-device
 top-k lists are merged on the host), and each device's slice is stored as chunks of at most
 ``chunk_rows`` rows, so no single allocation has to hold a whole index. Rows keep their global
-numbers, so results are comparable with Faiss and with :mod:`densehybrid.index.gip`.
+numbers, so results are comparable with Faiss and with :mod:`densehybrid.index.search.gip`.
 
 The normalised fusion scores each part of the candidates here too, so a GPU index never
 reads candidate rows on the host; only the (Q, K) part scores come back to be normalised.
@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from densehybrid.index.engines.host import HostRows
-from densehybrid.index.filters import Selection
-from densehybrid.index.gip import sort_by_score
-from densehybrid.index.vector_store import VectorStore
+from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.gip import sort_by_score
+from densehybrid.index.search.vector_store import VectorStore
 
 DEFAULT_CHUNK_ROWS = 1 << 20  # 1M rows x 896 fp16 values = 1.8 GB per allocation
 _RERANK_BLOCK = 16_384  # candidate rows gathered per scoring step
@@ -106,7 +106,7 @@ class TorchFlatIndex:
         return sort_by_score(scores, rows, k)
 
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact GIP of each query's candidate rows, top ``k`` (as :func:`densehybrid.index.gip.rerank`).
+        """Exact GIP of each query's candidate rows, top ``k`` (as :func:`densehybrid.index.search.gip.rerank`).
 
         xq (Q, dim) float32 (λ-scaled), gq (Q, G) uint8 or None, rows (Q, K) int64 (-1 = none)
         -> (scores, rows) (Q, min(k, K)).

@@ -34,7 +34,7 @@ from typing import Literal
 
 import numpy as np
 
-from densehybrid.index.documents import Document
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexWriteError
 
 log = logging.getLogger(__name__)

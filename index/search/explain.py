@@ -20,7 +20,7 @@ import torch
 
 from densehybrid.encoder import representations as R
 from densehybrid.encoder.base import SCALED_KINDS, Encoded, EncoderSpec
-from densehybrid.index.local import IndexFiles
+from densehybrid.index.storage.local import IndexFiles
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,14 @@ from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
 from densehybrid.encoder.batches import encode_all
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
-from densehybrid.index import documents, files, fusion, lambda_auto, shards
-from densehybrid.index.documents import Document
+from densehybrid.index.storage import documents, files
+from densehybrid.index.search import fusion
+from densehybrid.index.building import lambda_auto, shards
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
-from densehybrid.index.payload import Payload, PayloadBuilder, PayloadError
+from densehybrid.index.storage.payload import Payload, PayloadBuilder, PayloadError
 
 log = logging.getLogger(__name__)
 

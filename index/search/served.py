@@ -1,8 +1,8 @@
 """What the service and the commands need of a served index, whatever holds its rows.
 
-Three classes serve an index: :class:`~densehybrid.index.local.IndexFiles` (a local
-directory), :class:`~densehybrid.index.milvus.MilvusIndex` (a Milvus collection) and
-:class:`~densehybrid.index.live.LiveIndex` (either of those plus the writes since). Each
+Three classes serve an index: :class:`~densehybrid.index.storage.local.IndexFiles` (a local
+directory), :class:`~densehybrid.index.storage.milvus.MilvusIndex` (a Milvus collection) and
+:class:`~densehybrid.index.writes.live.LiveIndex` (either of those plus the writes since). Each
 declares :class:`ServedIndex`; the first two also hand the searcher their vector store
 (:class:`StoredIndex`). Callers ask ``remote``/``writable`` instead of probing attributes.
 """
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.encoder.prompts import Prompts
-from densehybrid.index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_RRF_K
+from densehybrid.index.search.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_RRF_K
 
 if TYPE_CHECKING:
-    from densehybrid.index.documents import Document
-    from densehybrid.index.filters import Filter, Selection
-    from densehybrid.index.vector_store import VectorStore
+    from densehybrid.index.storage.documents import Document
+    from densehybrid.index.search.filters import Filter, Selection
+    from densehybrid.index.search.vector_store import VectorStore
 
 
 @dataclass
@@ -148,7 +148,7 @@ class ServedIndex(Protocol):
         """Document ids of index rows, in the given order."""
 
     def search(self, queries: Encoded, **params) -> SearchResults:
-        """Top ``k`` per query (the parameters of :meth:`densehybrid.index.searcher.Searcher.search`)."""
+        """Top ``k`` per query (the parameters of :meth:`densehybrid.index.search.searcher.Searcher.search`)."""
 
     def healthy(self) -> bool:
         """Whether the index answers now (a local one always does)."""

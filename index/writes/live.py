@@ -1,7 +1,7 @@
 """A served index that takes writes: a published generation plus a small in-memory delta.
 
 Between compactions the live state is the base generation (read only) and a
-:class:`~densehybrid.index.delta.Delta` of the changes since; searches merge the two
+:class:`~densehybrid.index.writes.delta.Delta` of the changes since; searches merge the two
 (``index.delta.merged_search``). States are immutable and swapped whole: a search reads one
 consistent snapshot while writes and compactions build the next. Every change goes to the
 write-ahead log (:mod:`index.wal`) before it is applied; :meth:`LiveIndex.compact` folds the log
@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index.delta import Delta, UnknownDocument, apply, contains, live_ids, merged_search
-from densehybrid.index.compaction import FoldWorker
-from densehybrid.index.documents import Document
-from densehybrid.index.files import load_index
-from densehybrid.index.searcher import Searcher
-from densehybrid.index.served import ManifestView, SearchResults, ServedIndex, StoredIndex
-from densehybrid.index.wal import Change, WriteAheadLog
+from densehybrid.index.writes.delta import Delta, UnknownDocument, apply, contains, live_ids, merged_search
+from densehybrid.index.writes.compaction import FoldWorker
+from densehybrid.index.storage.documents import Document
+from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.served import ManifestView, SearchResults, ServedIndex, StoredIndex
+from densehybrid.index.writes.wal import Change, WriteAheadLog
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ class _EncodeForwards:
     """A Ray Data actor: loads the model once (the plain build's load path), encodes whole forward batches."""
 
     def __init__(self, config: EncoderConfig, device: str | None):
-        from densehybrid.index import commands
+        from densehybrid.index.building import commands
 
         self.encoder = commands.load_model(config, device)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from densehybrid.index.payload import Column, Payload
+from densehybrid.index.storage.payload import Column, Payload
 
 MAX_DEPTH = 8
 MAX_NODES = 128

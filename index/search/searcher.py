@@ -9,7 +9,7 @@ first stage), and returns ids, scores, rows and per-stage times. Ties are
 ordered by row number, so equal inputs give equal outputs on every run. ``offset`` skips the first
 hits of that order (pagination): a page is a slice of the top ``offset + k``, found with at least
 that many candidates. For ``dhr``/``fusion`` each hit also carries its exact lexical and dense part
-scores. Every stage runs in the index's :class:`~densehybrid.index.vector_store.VectorStore`, chosen
+scores. Every stage runs in the index's :class:`~densehybrid.index.search.vector_store.VectorStore`, chosen
 once when the searcher is built.
 """
 
@@ -22,11 +22,11 @@ from typing import Literal
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
-from densehybrid.index import fusion, gip
+from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
-from densehybrid.index.filters import Filter, Selection
-from densehybrid.index.served import SearchResults, StoredIndex
-from densehybrid.index.vector_store import VectorStore
+from densehybrid.index.search.filters import Filter, Selection
+from densehybrid.index.search.served import SearchResults, StoredIndex
+from densehybrid.index.search.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoder
-from densehybrid.index import gip
+from densehybrid.index.search import gip
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.documents import Document, write_docs
+from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.files import GATES, VALUES, write_doc_ids, write_faiss
+from densehybrid.index.storage.files import GATES, VALUES, write_doc_ids, write_faiss
 
 STATE = "build.json"
 _SHARD_NAME = re.compile(r"^\d{5}$")

@@ -2,13 +2,13 @@
 
 The engines (``index.engines``): ``faiss_engine.FaissStore`` (CPU; flat or PQ first stage),
 ``torch_engine.TorchStore`` (exact, resident on CPU or GPU devices) and
-``milvus_engine.MilvusStore`` (a collection). :class:`~densehybrid.index.searcher.Searcher`
+``milvus_engine.MilvusStore`` (a collection). :class:`~densehybrid.index.search.searcher.Searcher`
 takes one from the index when it is built and never asks which it has.
 
 Shared conventions: ``xq (Q, dim)`` float32 queries, already λ-scaled; ``gq (Q, G)`` uint8
 query gates or None; ``rows (Q, K)`` int64 index rows, -1 for none. Results are sorted by
 score descending, ties by row ascending, -1 rows (score -inf) last. ``selection``
-(:class:`~densehybrid.index.filters.Selection`) restricts a first stage to a filter's rows
+(:class:`~densehybrid.index.search.filters.Selection`) restricts a first stage to a filter's rows
 before its top-k: a mask for the local stores, an expression for Milvus.
 """
 
@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from densehybrid.index.filters import Selection
+from densehybrid.index.search.filters import Selection
 
 
 @runtime_checkable

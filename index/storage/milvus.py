@@ -20,14 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index import filters, payload
-from densehybrid.index.documents import Document
+from densehybrid.index.search import filters
+from densehybrid.index.storage import payload
+from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect, load_pymilvus
 from densehybrid.index.errors import IndexAccessError, IndexLoadError, SearchError
-from densehybrid.index.local import IndexFiles
-from densehybrid.index.searcher import Searcher
-from densehybrid.index.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
-from densehybrid.index.vector_store import VectorStore
+from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
+from densehybrid.index.search.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index import gip
-from densehybrid.index.documents import Document
-from densehybrid.index.filters import Filter, row_mask
-from densehybrid.index.fusion import PER_QUERY_METHODS
-from densehybrid.index.payload import Payload
-from densehybrid.index.searcher import MAX_CANDIDATES, Searcher, resolve_method
-from densehybrid.index.served import SearchResults, StoredIndex
-from densehybrid.index.wal import Change
+from densehybrid.index.search import gip
+from densehybrid.index.storage.documents import Document
+from densehybrid.index.search.filters import Filter, row_mask
+from densehybrid.index.search.fusion import PER_QUERY_METHODS
+from densehybrid.index.storage.payload import Payload
+from densehybrid.index.search.searcher import MAX_CANDIDATES, Searcher, resolve_method
+from densehybrid.index.search.served import SearchResults, StoredIndex
+from densehybrid.index.writes.wal import Change
 
 
 class UnknownDocument(KeyError):

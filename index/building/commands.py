@@ -15,9 +15,9 @@ from densehybrid.encoder.base import SCALED_KINDS, Encoder
 from densehybrid.encoder.batches import encode_in_batches
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
-from densehybrid.index.files import check_compatible
-from densehybrid.index.local import IndexFiles
-from densehybrid.index.searcher import Searcher, SearchResults, resolve_method
+from densehybrid.index.storage.files import check_compatible
+from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.search.searcher import Searcher, SearchResults, resolve_method
 
 log = logging.getLogger(__name__)
 

@@ -30,11 +30,15 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index import errors, files, shards
+from densehybrid.index import errors
+
+from densehybrid.index.storage import files
+
+from densehybrid.index.building import shards
 from densehybrid.index.engines import faiss_engine
-from densehybrid.index.local import IndexFiles
-from densehybrid.index.payload import Payload
-from densehybrid.index.wal import fsync_directory
+from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.storage.payload import Payload
+from densehybrid.index.writes.wal import fsync_directory
 
 _CHUNK_ROWS = 65_536
 
@@ -99,8 +103,8 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
 
 def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> Path:
     """Fold the changes of log segments up to ``through_segment`` into the index at ``path``."""
-    from densehybrid.index.live import Delta, apply
-    from densehybrid.index.wal import iter_changes
+    from densehybrid.index.writes.delta import Delta, apply
+    from densehybrid.index.writes.wal import iter_changes
 
     base = files.load_index(path)
     already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
@@ -149,7 +153,7 @@ class FoldWorker:
             return self._child
         self._discard()
         self._stderr = tempfile.TemporaryFile()
-        command = [sys.executable, "-m", "densehybrid.index.compaction", str(os.getpid())]
+        command = [sys.executable, "-m", "densehybrid.index.writes.compaction", str(os.getpid())]
         # niced from here, right after it starts (before its imports): a ``preexec_fn`` would make the
         # server fork rather than vfork, copying its page tables while holding the GIL, which stalled
         # every request thread for tens of milliseconds

@@ -10,14 +10,14 @@ import faiss
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index.documents import DocTable
+from densehybrid.index.storage.documents import DocTable
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
-from densehybrid.index.filters import Filter, Selection, select_rows
-from densehybrid.index.payload import Payload
-from densehybrid.index.searcher import Searcher
-from densehybrid.index.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
-from densehybrid.index.vector_store import VectorStore
+from densehybrid.index.search.filters import Filter, Selection, select_rows
+from densehybrid.index.storage.payload import Payload
+from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
+from densehybrid.index.search.vector_store import VectorStore
 
 
 @dataclass(eq=False)

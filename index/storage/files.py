@@ -34,10 +34,10 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.documents import DOCS, DocTable
+from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError, IndexWriteError
-from densehybrid.index.local import IndexFiles
-from densehybrid.index.payload import PAYLOAD, Payload, load_payload
+from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.storage.payload import PAYLOAD, Payload, load_payload
 
 log = logging.getLogger(__name__)
 
