@@ -13,8 +13,6 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.search import filters
-from densehybrid.service import filter_schema
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                         StoreUnavailable)
@@ -178,7 +176,7 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
     params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion,
-                          body.offset, body.rrf_k, filter=search_filter(index, body))
+                          body.offset, body.rrf_k, filter=body.filter)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
@@ -186,21 +184,6 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         per_query = [[] for _ in texts]
     return {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
             "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind}}
-
-
-def search_filter(index, body):
-    """The request's filter checked against the index's fields (and its ``fields`` names): 422 naming the field."""
-    known = index.field_types
-    unknown = [name for name in body.fields or () if name not in known]
-    if unknown:
-        raise InvalidRequest(f"fields: unknown field {unknown[0]!r} (the index's fields: "
-                             f"{', '.join(sorted(known)) or 'none'})")
-    if body.filter is None:
-        return None
-    try:
-        return filters.parse(filter_schema.as_json(body.filter), known)
-    except filters.FilterError as exc:
-        raise InvalidRequest(str(exc)) from None
 
 
 # -- /explain ------------------------------------------------------------------

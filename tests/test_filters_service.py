@@ -115,6 +115,18 @@ def test_deep_filters_are_refused_before_validation(client):
     assert response.status_code == 422 and "deeper" in response.json()["error"]["message"]
 
 
+def test_the_request_model_parses_the_filter_once_and_holds_its_node(monkeypatch):
+    from densehybrid.service.schemas import request_models
+
+    types = {"topic": "keyword", "year": "integer"}
+    raw = {"and": [{"field": "topic", "eq": "ranking"}, {"not": {"field": "year", "range": {"gte": 2010}}}]}
+    parse, calls = filters.parse, []
+    monkeypatch.setattr(filters, "parse", lambda value, schema: calls.append(value) or parse(value, schema))
+    body = request_models(ServiceSettings().limits, field_types=types).search(query="q", filter=raw, fields=["year"])
+    assert calls == [raw]  # the grammar ran once, and what the handler gets is its node
+    assert isinstance(body.filter, filters.And) and body.filter == parse(raw, types)
+
+
 def test_filtered_searches_are_counted_with_their_selectivity(client):
     def observed():
         return scrape(client, "densehybrid_filter_selectivity_count"), scrape(client, "densehybrid_filter_selectivity_sum")

@@ -17,6 +17,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from densehybrid.index.storage.payload import MAX_KEYWORD_CHARS
+
 MAX_DEPTH = 8
 MAX_NODES = 128
 MAX_IN_VALUES = 1024
@@ -30,6 +32,11 @@ class FilterError(ValueError):
     def __init__(self, field_name: str, message: str):
         super().__init__(message)
         self.field = field_name
+
+
+def unknown_field(name: str, known) -> str:
+    """What a request naming a field the index lacks is told (in a filter, or in ``fields``)."""
+    return f"unknown field {name!r} (the index's fields: {', '.join(sorted(known)) or 'none'})"
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,9 @@ def _number(value) -> bool:
 def _check_leaf_value(name: str, kind: str, value, op: str):
     scalar = {"keyword": "keyword", "keyword_list": "keyword"}.get(kind, kind)
     if scalar == "keyword" and isinstance(value, str):
+        if len(value) > MAX_KEYWORD_CHARS:  # longer than any stored keyword
+            raise FilterError(name, f"filter: field {name!r}: a keyword of {len(value)} characters "
+                                    f"(at most {MAX_KEYWORD_CHARS})")
         return value
     if scalar == "bool" and isinstance(value, bool):
         return value
@@ -135,8 +145,7 @@ def _parse(raw, schema: dict[str, str]) -> Filter:
     if not isinstance(name, str) or len(ops) != 1 or ops[0] not in _LEAF_KEYS:
         raise FilterError("filter", "filter: expected {'field': F} with one of eq, in, range, exists; or and, or, not")
     if name not in schema:
-        known = ", ".join(sorted(schema)) or "none"
-        raise FilterError(name, f"filter: unknown field {name!r} (the index's fields: {known})")
+        raise FilterError(name, f"filter: {unknown_field(name, schema)}")
     kind, op, value = schema[name], ops[0], raw[ops[0]]
     if op == "eq":
         return Eq(name, _check_leaf_value(name, kind, value, "eq"))
