@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainValidator,
-                      Strict, StringConstraints, Tag, create_model, model_validator)
+                      Strict, StringConstraints, Tag, create_model)
 
 from pydantic_core import PydanticCustomError
 
@@ -77,12 +77,6 @@ class RangeBounds(_Node):
     lt: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
     lte: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
 
-    @model_validator(mode="after")
-    def _one_bound_at_least(self):
-        if all(getattr(self, op) is None for op in filters.RANGE_OPS):
-            raise ValueError("range takes at least one of gt, gte, lt, lte")
-        return self
-
 
 _LEAF_OPS = ("eq", "in", "range", "exists")
 
@@ -126,9 +120,8 @@ def _filter_type(field_types: dict[str, str]):
         model.filter_tag = tag
     choices = [Annotated[model, Tag(tag)] for tag, model in (("and", and_), ("or", or_), ("not", not_))]
     choices += [Annotated[model, Tag(model.filter_tag)] for _, model in leaves]
-    union = Annotated[Union[tuple(choices)], Discriminator(
-        _tag, custom_error_type="filter_shape",
-        custom_error_message="a filter is an object with one of and, or, not, or a field with eq, in, range, exists")]
+    # a tagged union: its schema is a oneOf (exactly one shape fits), not an anyOf
+    union = Annotated[Union[tuple(choices)], Discriminator(_tag)]
     ns["SearchFilter"] = union
     for model in (and_, or_, not_):
         model.model_rebuild(_types_namespace=ns)

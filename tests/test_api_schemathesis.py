@@ -20,7 +20,7 @@ from densehybrid.service.settings import ServiceSettings
 
 FIXED_SEED = 20261124
 EXAMPLES = 40
-pytestmark = pytest.mark.slow  # two runs of ~20 s each on 2 shared cores
+pytestmark = pytest.mark.slow  # two full runs, coverage phase included: thousands of requests each
 
 
 @pytest.fixture(scope="module")
