@@ -127,6 +127,19 @@ def test_the_request_model_parses_the_filter_once_and_holds_its_node(monkeypatch
     assert isinstance(body.filter, filters.And) and body.filter == parse(raw, types)
 
 
+def test_written_fields_are_kept_as_the_request_model_validated_them():
+    from densehybrid.service.documents import document_fields
+    from densehybrid.service.schemas import documents_request_model
+
+    types = {"tags": "keyword_list", "score": "float", "year": "integer"}
+    body = documents_request_model(ServiceSettings().limits, types)(documents=[
+        {"id": "a", "text": "x", "fields": {"tags": [], "score": 3, "year": None}},
+        {"id": "b", "text": "y", "fields": {"tags": []}}])
+    kept = document_fields(body.documents[0].fields)
+    assert kept == {"score": 3.0} and isinstance(kept["score"], float)  # an empty list is no value, as in a build
+    assert document_fields(body.documents[1].fields) is None
+
+
 def test_filtered_searches_are_counted_with_their_selectivity(client):
     def observed():
         return scrape(client, "densehybrid_filter_selectivity_count"), scrape(client, "densehybrid_filter_selectivity_sum")
