@@ -83,11 +83,12 @@ def shares(lexical: float, semantic: float) -> dict[str, float]:
 
 
 def _hit_view(hit: dict, kind: str) -> dict:
-    explanation = hit["explanation"]
-    terms = [t["term"] for t in explanation["terms"]]
+    explanation = hit.get("explanation")  # none past max_explain_hits: nothing to mark or split
+    terms = [t["term"] for t in explanation["terms"]] if explanation else []
     return {"id": hit["id"], "score": hit["score"], "terms": terms,
             "title": highlight(hit.get("title") or "", terms), "text": highlight(hit.get("text") or "", terms),
-            "shares": shares(explanation["lexical"], explanation["semantic"]) if kind in SHARE_KINDS else None}
+            "shares": shares(explanation["lexical"], explanation["semantic"])
+            if explanation and kind in SHARE_KINDS else None}
 
 
 async def _search(rt: Runtime, request: Request, query: str, k: int) -> tuple[dict, int]:
@@ -100,13 +101,15 @@ async def _search(rt: Runtime, request: Request, query: str, k: int) -> tuple[di
     except ServiceError as exc:
         return {"error": exc.message}, exc.status
     kind = found["index"]["kind"]
-    return {"hits": [_hit_view(hit, kind) for hit in found["results"]], "timing": found["timing"]}, 200
+    return {"hits": [_hit_view(hit, kind) for hit in found["results"]], "timing": found["timing"],
+            "explained": found["explained"]}, 200
 
 
 _HTML = {"text/html": {"schema": {"type": "string"}}}
 _HTML_ERROR = {"content": _HTML}
 _PAGE_RESPONSES = {
     200: {"description": "the search page, with hits when `q` is given"},
+    413: {**_HTML_ERROR, "description": "the hits' titles and texts over max_return_text_bytes: the page says so"},
     422: {"content": {**_HTML, "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
           "description": "`q` or `k` out of range (a JSON error), or a search the page refused (the page)"},
     429: {**_HTML_ERROR, "description": "encoder queue full: the page says so"},
@@ -121,7 +124,7 @@ def build_page_router(rt: Runtime) -> APIRouter:
     @router.get("/", response_class=HTMLResponse, tags=["page"], responses=_PAGE_RESPONSES)
     async def search_page(request: Request, q: str = Query("", max_length=2000),
                           k: int = Query(10, ge=1, le=rt.settings.max_k)) -> HTMLResponse:
-        context, status = {"hits": [], "timing": None, "error": None}, 200
+        context, status = {"hits": [], "timing": None, "error": None, "explained": None}, 200
         if rt.index is not None and q.strip():
             found, status = await _search(rt, request, q, k)
             context.update(found)

@@ -163,6 +163,7 @@ def test_integer_range_with_fractional_and_huge_bounds():
     ({"field": "kw", "exists": False}, "kw", "exists"),
     ({"and": []}, "filter", "non-empty"),
     ({"field": "n", "eq": 1, "in": [1]}, "filter", "one of"),
+    ({"field": "kw", "in": ["k" * 1025]}, "kw", "at most 1024"),
 ])
 def test_filters_that_do_not_fit_the_schema_name_the_field(raw, field, words):
     with pytest.raises(filters.FilterError) as caught:

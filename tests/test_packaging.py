@@ -118,7 +118,7 @@ def test_installed_wheel_serves_the_search_page_and_docs_assets(wheel, tmp_path)
         "assert 'mark' in client.get(page.ASSETS_PATH + '/page.css').text\n"
         "assert client.get('/docs-assets/swagger-ui-bundle.js').status_code == 200\n"
         "assert 'id=\"encode-only\"' in page._templates.get_template('search_page.html').render(hits=[], timing=None,"
-        " error=None, query='', k=10, max_k=10, index=None, kind='dhr', assets='')\n"
+        " error=None, explained=None, query='', k=10, max_k=10, index=None, kind='dhr', assets='')\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(site)})
