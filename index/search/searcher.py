@@ -232,9 +232,8 @@ class Searcher:
         and ``rrf``, with ``rrf_k``, default the index's) take the union of each part's own top
         ``candidates`` (so up to twice as many rows) and score each part over it, so they need the rerank.
         """
-        k, offset, first_stage, candidates, theta = (params.k, params.offset, params.first_stage, params.candidates,
-                                                     params.theta)
-        lam, filter = params.lam, params.filter
+        k, offset, first_stage, candidates, theta, lam = (params.k, params.offset, params.first_stage,
+                                                          params.candidates, params.theta, params.lam)
         self._check(queries, k, first_stage, candidates, offset)
         method = self.fusion_method(params.method, lam)
         dense_weight = self.index.dense_weight if params.dense_weight is None else params.dense_weight
@@ -243,7 +242,7 @@ class Searcher:
         rrf_k = self.index.rrf_k if params.rrf_k is None else params.rrf_k
         if not (np.isfinite(rrf_k) and rrf_k >= 0):
             raise SearchError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
-        selection = None if filter is None else self.index.select(filter)
+        selection = None if params.filter is None else self.index.select(params.filter)
         selectivity = None if selection is None else selection.fraction
         if selection is not None and selection.everything:
             selection = None
