@@ -3,8 +3,9 @@
 Faiss answers a batch of queries far faster than the same queries one by one
 (one BLAS matrix product instead of one scan per query). Searches run on the
 runtime's search threads; whenever a thread becomes free it takes *every*
-search waiting at that moment, groups them by their parameters (k, first
-stage, candidates, θ, rerank, λ) and runs one ``Searcher.search`` per group.
+search waiting at that moment, groups them by their :class:`SearchParams`
+(``index.search.params``: equal parameters, filter included) and runs one
+search of the served index per group.
 Nothing waits on purpose: a lone request is searched at once, and requests
 that arrive while a search runs share the next one. A failing group fails
 only its own requests.
