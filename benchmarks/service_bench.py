@@ -27,6 +27,7 @@ from densehybrid.bench.servers import free_port, stop_process
 from densehybrid.bench.timing import ratio, summarize, time_calls
 from densehybrid.encoder.base import Encoded
 from densehybrid.encoder.loading import load_encoder
+from densehybrid.index.search.params import SearchParams
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict
         return encoder.encode([texts[next(cycle) % len(texts)]], "query")
 
     def search():
-        return searcher.search(encode(), k=10)
+        return searcher.search(encode(), SearchParams(k=10))
     return {"encode_ms": time_calls(encode, repeats=repeats, warmup=3).to_dict(),
             "search_ms": time_calls(search, repeats=repeats, warmup=3).to_dict()}
 

@@ -1,7 +1,7 @@
 """Writes: ``POST /documents`` and ``DELETE /documents/{id}``, and reading one document back.
 
 A write encodes its passages with the index's own model through the pipeline
-(role passage, behind queued searches), then logs and applies the change on the general thread pool
+(role passage, its wait not counted as a search's), then logs and applies the change on the general thread pool
 (:meth:`index.live.LiveIndex.upsert` fsyncs before it returns, and the fsync
 must not hold up the search threads), so the 2xx leaves only once the change
 is durable, and a search started after it sees the change. Each write may
@@ -67,7 +67,7 @@ async def add_documents(rt: Runtime, request: Request, body) -> dict:
     async with rt.pipeline.write_turn() as idle:
         turn = time.perf_counter()
         done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage", passages,
-                                        background=True)
+                                        reading=False)
         idle(done.queue_ms / 1000)
         logged = time.perf_counter()
         seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)

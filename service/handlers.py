@@ -8,17 +8,20 @@ encode, search, with their times and the threads they run on) is
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
+from densehybrid.index.search.params import SearchParams
+from densehybrid.service import scoring
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                         StoreUnavailable)
 from densehybrid.service.pipeline import EncodedTexts, TextOptions, record
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.search_batcher import SearchParams
 
 TRUNCATION_NOTE = ("a text longer than its role's max length (prompt and special tokens included) is truncated to it, "
                    "keeping its first tokens (truncation_direction left: its last), when the request's truncate "
@@ -67,11 +70,18 @@ def text_options(rt: Runtime, role: Role, *, truncate: bool | None = None, direc
     return TextOptions(rt.settings.auto_truncate if truncate is None else truncate, direction.lower(), prompt)
 
 
-def request_text_options(rt: Runtime, role: Role, body, *, search: bool = False) -> TextOptions:
-    """:func:`text_options` from a body's ``truncate``, ``truncation_direction`` and ``prompt_name`` (when it has them)."""
-    return text_options(rt, role, truncate=getattr(body, "truncate", None),
-                        direction=getattr(body, "truncation_direction", None) or "right",
-                        prompt_name=getattr(body, "prompt_name", None), search=search)
+class TextFields(Protocol):
+    """The fields of a request body that say how its texts are tokenized."""
+
+    truncate: bool | None
+    truncation_direction: Direction | None
+    prompt_name: str | None
+
+
+def request_text_options(rt: Runtime, role: Role, body: TextFields, *, search: bool = False) -> TextOptions:
+    """:func:`text_options` from a body's ``truncate``, ``truncation_direction`` and ``prompt_name``."""
+    return text_options(rt, role, truncate=body.truncate, direction=body.truncation_direction or "right",
+                        prompt_name=body.prompt_name, search=search)
 
 
 # -- /encode and the compatible APIs ------------------------------------------------
@@ -109,8 +119,8 @@ async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *,
     """Scores of ``texts`` for ``query`` (the TEI and Cohere rerank routes): the query after the query prompt,
     the texts after the passage prompt, as a search of the index would score them."""
     require_ready(rt)
-    return await rt.pipeline.score(
-        request, query, texts, lam=served_lambda(rt),
+    return await scoring.score(
+        rt.pipeline, request, query, texts, lam=served_lambda(rt),
         query_options=text_options(rt, "query", truncate=truncate, direction=direction),
         passage_options=text_options(rt, "passage", truncate=truncate, direction=direction))
 
@@ -147,7 +157,7 @@ def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[d
             for hit, lexical, dense in zip(hits, found.lexical_scores[q], found.dense_scores[q]):
                 hit.update(lexical_score=lexical, dense_score=dense, fused_score=hit["score"])
         if body.return_text:
-            for hit, doc in zip(hits, rt.index.docs.get_many([h["id"] for h in hits])):
+            for hit, doc in zip(hits, rt.index.get_many([h["id"] for h in hits])):
                 hit.update(title=doc.title if doc else None, text=doc.text if doc else None)
                 text_bytes += len((hit["title"] or "").encode()) + len((hit["text"] or "").encode())
             _check_text_size(rt, text_bytes)
@@ -168,8 +178,9 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     k = min(body.k, max(index.count - body.offset, 0))  # 0: the page is past the last hit
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
-    params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion,
-                          body.offset, body.rrf_k, filter=body.filter)
+    params = SearchParams(k=k, offset=body.offset, first_stage=body.first_stage, candidates=candidates,
+                          theta=body.theta, rerank=body.rerank, lam=body.lam, method=body.fusion, rrf_k=body.rrf_k,
+                          filter=body.filter)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
@@ -199,7 +210,8 @@ async def explain(rt: Runtime, request: Request, body) -> dict:
     lam = index.lam if body.lam is None else body.lam
     found, timing = await rt.pipeline.encode_then(request, [body.query], "explain_ms",
                                                   lambda encoded: _explanation(rt, encoded, row, lam),
-                                                  request_text_options(rt, "query", body, search=True))
+                                                  text_options(rt, "query", truncate=body.truncate,
+                                                               direction=body.truncation_direction, search=True))
     return {"id": body.id, **found, "timing": timing}
 
 

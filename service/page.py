@@ -23,7 +23,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from densehybrid.service import handlers
 from densehybrid.service.errors import ServiceError
@@ -91,10 +91,11 @@ def _hit_view(hit: dict, kind: str) -> dict:
             if explanation and kind in SHARE_KINDS else None}
 
 
-async def _search(rt: Runtime, request: Request, query: str, k: int) -> tuple[dict, int]:
+async def _search(rt: Runtime, request: Request, SearchRequest: type[BaseModel], query: str,
+                  k: int) -> tuple[dict, int]:
     """The page's context and status for one query: hits and times, or the error the API would give."""
     try:
-        body = request_models(rt.settings.limits, handlers.served_prompts(rt)).search(query=query, k=k, return_text=True, explain=True)
+        body = SearchRequest(query=query, k=k, return_text=True, explain=True)
         found = await handlers.search(rt, request, body)
     except ValidationError as exc:
         return {"error": "; ".join(e["msg"] for e in exc.errors())}, 422
@@ -119,6 +120,7 @@ _PAGE_RESPONSES = {
 
 def build_page_router(rt: Runtime) -> APIRouter:
     router = APIRouter()
+    SearchRequest = request_models(rt.settings.limits, handlers.served_prompts(rt)).search
 
     # in the schema: ``/`` also takes POST (TEI's embed), and a 405 there lists both methods in ``Allow``
     @router.get("/", response_class=HTMLResponse, tags=["page"], responses=_PAGE_RESPONSES)
@@ -126,7 +128,7 @@ def build_page_router(rt: Runtime) -> APIRouter:
                           k: int = Query(10, ge=1, le=rt.settings.max_k)) -> HTMLResponse:
         context, status = {"hits": [], "timing": None, "error": None, "explained": None}, 200
         if rt.index is not None and q.strip():
-            found, status = await _search(rt, request, q, k)
+            found, status = await _search(rt, request, SearchRequest, q, k)
             context.update(found)
         index = None if rt.index is None else {"name": rt.index.name, "documents": rt.index.count}
         response = _templates.TemplateResponse(request, "search_page.html", {

@@ -13,6 +13,7 @@ from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder
 from support.metrics import scrape
@@ -71,7 +72,8 @@ def test_filtered_hits_are_the_in_process_filtered_search(client, index_dir, raw
     hits = response.json()["results"]
     index = load_index(index_dir)
     node = filters.parse(raw, index.field_types)
-    want = Searcher(index).search(FakeEncoder("dhr").encode(["retrieval ranking"], "query"), k=20, filter=node)
+    want = Searcher(index).search(FakeEncoder("dhr").encode(["retrieval ranking"], "query"),
+                                  SearchParams(k=20, filter=node))
     assert [h["id"] for h in hits] == want.ids[0] and hits
     kept = filters.evaluate(node, index.payload)
     for hit in hits:
