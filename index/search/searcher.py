@@ -232,6 +232,9 @@ class Searcher:
         """
         self._check(queries, k, first_stage, candidates, offset)
         method = self.fusion_method(method, lam)
+        if method == "auto":  # the mix the index chose at build; an explicit dense_weight still wins
+            method, chosen_weight = self.index.auto_mix
+            dense_weight = chosen_weight if dense_weight is None else dense_weight
         dense_weight = self.index.dense_weight if dense_weight is None else dense_weight
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
