@@ -70,8 +70,8 @@ def _build_prompts(query: str | None, passage: str | None, named: list[str] | No
         raise typer.BadParameter(str(exc), param_hint="--default-prompt-name") from None
 
 
-_FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (zscore, minmax: per-query normalised; "
-                "adaptive: zscore with a per-query weight from each part's score distribution; "
+_FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (auto: the mix the index chose from its corpus; "
+                "zscore, minmax: per-query normalised; adaptive: zscore with a per-query weight from each part's score distribution; "
                 "rrf: reciprocal-rank fusion with k 60; lambda: raw sum; lexical, dense: one part alone); default: the index's, or lambda when --lambda is given")
 
 
@@ -89,7 +89,7 @@ def index_build(
     pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
     fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
-                               help="dhr/fusion: the searches' default mix of the two parts (recorded in the manifest)"),
+                               help="dhr/fusion: the searches' default mix of the parts (in the manifest); auto: chosen from the corpus"),
     query_prompt: Optional[str] = typer.Option(None, "--query-prompt",
                                                help='put before every query at search time, e.g. "query: " (E5)'),
     passage_prompt: Optional[str] = typer.Option(None, "--passage-prompt",
@@ -134,7 +134,8 @@ def index_build(
     except (*_KNOWN_ERRORS, RayBuildError) as exc:
         fail(exc)
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
-                  f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})")
+                  f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})"
+                  + (f", fusion auto: {mix}" if (mix := commands.chosen_mix(index)) else ""))
 
 
 def _ray_build(model, encoder: EncoderOptions, corpus: Path, out: Path, options: BuildOptions,
@@ -231,8 +232,7 @@ def eval_command(
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
     fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
     compare_fusion: bool = typer.Option(False, "--compare-fusion",
-                                        help="dhr/fusion: one row per fusion method (each part alone, lambda, zscore, "
-                                             "minmax, adaptive, rrf) on the same encoded queries"),
+                                        help="dhr/fusion: one row per method (each part, auto, lambda, zscore, minmax, adaptive, rrf)"),
     encoder: EncoderOptions = None,
 ) -> None:
     """nDCG@10, MRR@10, R@100 and R@1000 of an index (or of BM25 over its passages) on judged queries.
@@ -266,7 +266,8 @@ def eval_command(
         return
     table = Table("system", *last.metrics, title=f"{index.name}: {last.queries} judged queries")
     for what, outcome in outcomes.items():
-        table.add_row(what, *(f"{v:.4f}" for v in outcome.metrics.values()))
+        label = f"auto ({commands.chosen_mix(index) or 'none chosen: zscore'})" if what == "auto" else what
+        table.add_row(label, *(f"{v:.4f}" for v in outcome.metrics.values()))
     console.print(table)
     console.print("  ".join(f"{key} {value:.1f}" for key, value in last.timing.items()))
 

@@ -55,7 +55,12 @@ def candidate_pairs() -> list[tuple[str, str, str]]:
 
 
 def write_set(out: Path, passages: int, queries: int, seed: int) -> tuple[int, int]:
-    pairs = candidate_pairs()
+    return write_pairs(out, candidate_pairs(), passages, queries, seed)
+
+
+def write_pairs(out: Path, pairs: list[tuple[str, str, str]], passages: int, queries: int,
+                seed: int) -> tuple[int, int]:
+    """A seeded sample of ``pairs`` (name, query, passage) as the corpus, a second one of it as the queries."""
     corpus = sorted(random.Random(seed).sample(range(len(pairs)), min(passages, len(pairs))))
     asked = sorted(random.Random(seed + 1).sample(corpus, min(queries, len(corpus))))
     out.mkdir(parents=True, exist_ok=True)

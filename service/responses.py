@@ -135,6 +135,10 @@ class IndexInfo(BaseModel):
     lam: float
     fields: dict[str, str] = Field({}, description="payload fields a search can filter on and return, with their "
                                                    "types (keyword, integer, float, bool, keyword_list)")
+    fusion: dict[str, Any] | None = Field(None, description=(
+        "dhr/fusion: the manifest's fusion entry: the default method (auto: the mix chosen from the corpus at "
+        "build, recorded under 'auto' with its statistics), the fixed methods' dense_weight and rrf_k; a "
+        "request's 'fusion' overrides the method; null for other kinds"))
 
 
 class PromptsInfo(BaseModel):

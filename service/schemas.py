@@ -163,7 +163,8 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
         lam: Lambda | None = Field(None, alias="lambda",
                                   description="weight of the query's dense part; default: the index's")
         fusion: FusionMethod | None = Field(
-            None, description="dhr/fusion: how the lexical and dense parts mix (zscore, minmax: normalised per query "
+            None, description="dhr/fusion: how the lexical and dense parts mix (auto: the mix the index chose from "
+                              "its corpus at build, see GET /info; zscore, minmax: normalised per query "
                               "over candidates taken from each part; adaptive: zscore with a per-query weight from "
                               "each part's score distribution; rrf: reciprocal-rank fusion, 1/(rrf_k + rank in the "
                               "lexical part) + 1/(rrf_k + rank in the dense part) over the same candidates; lambda: raw "

@@ -31,3 +31,18 @@ def test_the_set_is_deterministic_and_every_query_has_its_passage_in_the_corpus(
     assert all(d["title"] == "" for d in corpus.values())  # the qualified name would give the answer away
     other = write_set(tmp_path / "c", 150, 40, seed=4)
     assert other == a and (tmp_path / "c" / "corpus.jsonl").read_bytes() != (tmp_path / "a" / "corpus.jsonl").read_bytes()
+
+
+def test_a_package_set_walks_the_package_and_keeps_only_unique_pairs(tmp_path):
+    from densehybrid.cli import package_eval_set
+
+    names = package_eval_set.module_names("email")
+    assert names[0] == "email" and "email.mime.text" in names and all("._" not in n for n in names)
+    pairs = package_eval_set.candidate_pairs("email")
+    assert pairs and all(name.startswith("email") for name, _, _ in pairs)
+    assert len({q.lower() for _, q, _ in pairs}) == len({p for _, _, p in pairs}) == len(pairs)
+    package_eval_set.main([str(tmp_path / "set"), "--package", "email", "--passages", "30", "--queries", "10"])
+    corpus = {d["_id"] for d in map(json.loads, (tmp_path / "set" / "corpus.jsonl").read_text().splitlines())}
+    qrels = [line.split("\t") for line in (tmp_path / "set" / "qrels.tsv").read_text().splitlines()[1:]]
+    assert len(corpus) == min(30, len(pairs)) and len(qrels) == min(10, len(corpus))
+    assert all(doc_id in corpus for _, doc_id, _ in qrels)

@@ -24,7 +24,7 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, files
 from densehybrid.index.search import fusion
-from densehybrid.index.building import lambda_auto, shards
+from densehybrid.index.building import fusion_auto, lambda_auto, shards
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
@@ -41,7 +41,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: faiss_engine.PQConfig | None = None
-    # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion)
+    # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion);
+    # "auto": chosen from the corpus at the end of the build (index.building.fusion_auto)
     fusion_method: str = "lambda"
     # put before each passage (and recorded, so that queries get the query prompt at search time)
     prompts: Prompts = Prompts()
@@ -133,6 +134,18 @@ def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[floa
     return lambda_auto.choose(encoder, texts, values, gates, query_prompt=options.prompts.for_role("query"))
 
 
+def _auto_fusion(encoder: Encoder, staged: Path, options: BuildOptions, fusion_info: dict) -> dict:
+    """``fusion_info`` with the corpus's own mix added when the build asked for ``auto``."""
+    if fusion_info.get("fusion", {}).get("method") != "auto":
+        return fusion_info
+    values = np.load(staged / files.VALUES, mmap_mode="r")
+    gates = np.load(staged / files.GATES, mmap_mode="r")
+    docs = list(documents.DocTable(staged / documents.DOCS).iter_rows())
+    chosen = fusion_auto.choose(encoder, docs, values, gates, query_prompt=options.prompts.for_role("query"),
+                                passage_prompt=options.prompts.for_role("passage"))
+    return {"fusion": {**fusion_info["fusion"], "auto": chosen}}
+
+
 def prompts_record(prompts: Prompts) -> dict:
     """The manifest's ``prompts`` entry ({} for an index without prompts, as before they existed)."""
     return {"prompts": prompts.to_dict()} if prompts else {}
@@ -173,6 +186,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     spec = encoder.spec
     staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
     lam, lam_info = _lambda(encoder, staged, options)
+    fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
     fields_info = {}
     if payload is not None:
         payload.write(staged)
@@ -196,6 +210,8 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
     ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)
+    if fusion_method == "auto":
+        raise ValueError("fusion 'auto' is chosen with the encoder, at build_index; give build_from_arrays a fixed method")
     if out.exists():
         raise IndexWriteError(f"{out}: already exists")
     if len(encoded) != len(docs) or encoded.values.shape[1] != spec.dim:

@@ -18,7 +18,8 @@ from densehybrid.index import evaluate
 from densehybrid.index.storage.files import check_compatible
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.search.params import SearchParams
-from densehybrid.index.search.searcher import Searcher, SearchResults, resolve_method
+from densehybrid.index.search.mix import resolve_method
+from densehybrid.index.search.searcher import Searcher, SearchResults
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,15 @@ def eval_rows(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encode
     return rows
 
 
-COMPARED_METHODS = ("lexical", "dense", "lambda", "zscore", "minmax", "adaptive", "rrf")
+def chosen_mix(index: IndexFiles) -> str:
+    """"zscore, dense weight 0.7": the mix a fused index chose from its corpus at build; "" if it chose none."""
+    if "auto" not in index.manifest.get("fusion", {}):
+        return ""
+    method, weight = index.auto_mix
+    return f"{method}, dense weight {weight:.1f}"
+
+
+COMPARED_METHODS = ("lexical", "dense", "auto", "lambda", "zscore", "minmax", "adaptive", "rrf")
 
 
 def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder,
@@ -125,7 +134,8 @@ def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *
                       params: SearchParams = SearchParams(k=1000)) -> dict[str, EvalOutcome]:
     """Every fusion method (``COMPARED_METHODS``) of a fused index on the same judged queries, encoded once.
 
-    -> {method: outcome}; ``lambda`` uses the given λ, else the index's.
+    -> {method: outcome}; ``lambda`` uses the given λ, else the index's; ``auto`` the index's chosen mix
+    and the fixed normalised methods their fixed dense weight (the manifest's ``dense_weight``).
     """
     queries = evaluate.read_queries(queries_path)
     qrels = evaluate.read_qrels(qrels_path)

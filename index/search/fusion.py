@@ -17,6 +17,9 @@ by one part alone (for comparisons); ``lambda`` is the raw sum.
 (no labels): a part whose best candidates stand clear of the rest of its head is trusted
 more than one whose head is flat (:func:`head_confidence`, :func:`adaptive_weight`).
 
+``auto`` is the mix the index chose from its own corpus at build (``index.building.fusion_auto``):
+``zscore`` with the dense weight recorded in the manifest. The searcher resolves it before mixing.
+
 ``rrf`` (reciprocal-rank fusion) uses only each part's order over the same candidates:
 ``1 / (k_rrf + rank_lexical) + 1 / (k_rrf + rank_dense)``, ``k_rrf`` 60 by default. Equal scores
 share a rank (the best of their positions, :func:`part_ranks`), so a part that cannot tell its
@@ -30,13 +33,13 @@ from typing import Literal, get_args
 
 import numpy as np
 
-FusionMethod = Literal["lambda", "zscore", "minmax", "adaptive", "rrf", "lexical", "dense"]
+FusionMethod = Literal["auto", "lambda", "zscore", "minmax", "adaptive", "rrf", "lexical", "dense"]
 FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
 # methods that normalise both parts' exact scores over candidates taken from each part
 NORMALISED_METHODS: tuple[str, ...] = ("zscore", "minmax", "adaptive")
 # methods whose score of a row depends on the query's other candidates (taken from each part)
 PER_QUERY_METHODS: tuple[str, ...] = NORMALISED_METHODS + ("rrf",)
-DEFAULT_METHOD = "zscore"
+DEFAULT_METHOD = "auto"  # of new builds; the searcher resolves it to the mix the build chose
 DEFAULT_DENSE_WEIGHT = 0.5
 DEFAULT_RRF_K = 60  # as in Cormack, Clarke and Büttcher (2009), and the default of OpenSearch and Elasticsearch
 # head_confidence: the top ``HEAD_TOP`` against the top ``HEAD_DEPTH`` of a part's candidates
@@ -162,6 +165,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, method: str, *, lam: float = 1.
             weight = adaptive_weight(lexical, dense, valid, dense_weight)[:, None]
             method = "zscore"
         fused = (1.0 - weight) * normalise(lexical, method, valid) + weight * normalise(dense, method, valid)
+    elif method == "auto":
+        raise ValueError("fusion 'auto' names the index's chosen mix: resolve it (ServedIndex.auto_mix) first")
     else:
         raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(FUSION_METHODS)}")
     if valid is not None:

@@ -25,6 +25,7 @@ from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
 from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.mix import resolve_method, resolve_mix
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
@@ -71,18 +72,6 @@ def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
 
 def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000.0
-
-
-def resolve_method(index: StoredIndex, method: str | None, lam: float | None) -> str:
-    """The weighting a search of ``index`` uses: the one asked for; else the raw λ sum when a λ is
-    given (a per-request λ keeps its meaning); else the index's default. Unscaled kinds: ``lambda``."""
-    if index.spec.kind not in SCALED_KINDS:
-        return "lambda"
-    if method is None:
-        return "lambda" if lam is not None else index.fusion_method
-    if method not in fusion.FUSION_METHODS:
-        raise SearchError(f"unknown fusion method {method!r}; use one of {', '.join(fusion.FUSION_METHODS)}")
-    return method
 
 
 def _above_the_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> np.ndarray:
@@ -235,8 +224,7 @@ class Searcher:
         k, offset, first_stage, candidates, theta, lam = (params.k, params.offset, params.first_stage,
                                                           params.candidates, params.theta, params.lam)
         self._check(queries, k, first_stage, candidates, offset)
-        method = self.fusion_method(params.method, lam)
-        dense_weight = self.index.dense_weight if params.dense_weight is None else params.dense_weight
+        method, dense_weight = resolve_mix(self.index, params)
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
         rrf_k = self.index.rrf_k if params.rrf_k is None else params.rrf_k

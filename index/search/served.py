@@ -71,6 +71,13 @@ class ManifestView:
         return float(self.manifest.get("fusion", {}).get("dense_weight", DEFAULT_DENSE_WEIGHT))
 
     @property
+    def auto_mix(self) -> tuple[str, float]:
+        """(method, dense weight) that ``auto`` searches with: the mix chosen from the corpus at build
+        (``index.building.fusion_auto``); an index that made no such choice: ``zscore`` at its dense weight."""
+        chosen = self.manifest.get("fusion", {}).get("auto") or {}
+        return str(chosen.get("method", "zscore")), float(chosen.get("dense_weight", self.dense_weight))
+
+    @property
     def prompts(self) -> Prompts:
         """The prompts the index's passages were encoded after, and queries must be (none before they existed)."""
         return Prompts.from_dict(self.manifest.get("prompts"))
@@ -124,6 +131,9 @@ class ServedIndex(Protocol):
 
     @property
     def dense_weight(self) -> float: ...
+
+    @property
+    def auto_mix(self) -> tuple[str, float]: ...
 
     @property
     def rrf_k(self) -> float: ...

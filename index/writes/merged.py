@@ -18,7 +18,8 @@ from densehybrid.index.search import gip
 from densehybrid.index.search.filters import row_mask
 from densehybrid.index.search.fusion import PER_QUERY_METHODS
 from densehybrid.index.search.params import SearchParams
-from densehybrid.index.search.searcher import MAX_CANDIDATES, Searcher, resolve_method
+from densehybrid.index.search.mix import resolve_mix
+from densehybrid.index.search.searcher import MAX_CANDIDATES, Searcher
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.writes.delta import Delta
 
@@ -90,7 +91,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     if delta.empty:
         return searcher.search(queries, params)
     lam, offset, filter = params.lam, params.offset, params.filter
-    if resolve_method(searcher.index, params.method, lam) in PER_QUERY_METHODS:
+    if resolve_mix(searcher.index, params)[0] in PER_QUERY_METHODS:
         lam = searcher.index.lam if lam is None else lam
     hidden = len(delta.hidden)
     base = searcher.index

@@ -1,0 +1,111 @@
+"""Choose how a fused index mixes its parts (``--fusion auto``) from the corpus alone, no judgements.
+
+Pseudo-queries with a known answer are cut from a seeded sample of the passages, so that the answer
+no longer holds the query's words verbatim (a window left in its passage would favour the lexical
+part, which matches words exactly):
+
+- a passage with a title gives its title as the query and its text alone as the answer;
+- one without gives a window of ``window`` consecutive words at a seeded position, and the answer
+  is the passage with the window taken out (the inverse cloze task).
+
+The answers are encoded as passages and take their source's place in a pool of sampled passages;
+the queries are encoded as queries. ``mix_choice`` then scores the ``zscore`` mix at each dense
+weight on them and keeps the equal mix unless a lopsided one is clearly better. The choice and its
+statistics go into the manifest's ``fusion`` entry; searches that ask for no method use it.
+
+``lambda_auto`` (``--lambda auto``) is left as it was: its verbatim windows measure score scales
+(the λ of the raw sum), where an exact match is what it needs; this module judges usefulness.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from densehybrid.encoder.base import Encoder
+from densehybrid.encoder.batches import encode_all
+from densehybrid.index.building import mix_choice
+from densehybrid.index.building.lambda_auto import part_scores
+from densehybrid.index.search import fusion
+from densehybrid.index.storage.documents import Document
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AutoFusionConfig:
+    pool: int = 1000
+    queries: int = 200
+    window: int = 8
+    seed: int = 0
+    # candidates per part at search time: the pool keeps the same share of the collection per part
+    candidates: int = 1000
+    batch_size: int = 32
+    # fewer pseudo-queries than this cannot tell the mixes apart: the equal mix is kept
+    min_queries: int = 20
+
+
+def cut(doc: Document, window: int, rng: np.random.Generator) -> tuple[str, str, str] | None:
+    """(kind, query, answer) of one passage: ("title", title, text) when it has a title and a text of
+    ``window`` words or more, else ("window", a seeded window of words, the words around it); None
+    when the passage is too short to keep at least the window's length as its answer."""
+    if doc.title.strip() and len(doc.text.split()) >= window:
+        return "title", doc.title.strip(), doc.text
+    words = f"{doc.title} {doc.text}".split()
+    if len(words) < 2 * window:
+        return None
+    start = int(rng.integers(0, len(words) - window + 1))
+    return "window", " ".join(words[start:start + window]), " ".join(words[:start] + words[start + window:])
+
+
+def pool_depth(config: AutoFusionConfig, pool: int, count: int) -> int:
+    """How deep each part's candidates go in the pool: the share of the collection a search takes."""
+    return max(mix_choice.CUTOFF, min(pool, math.ceil(config.candidates * pool / max(count, 1))))
+
+
+def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates: np.ndarray,
+           config: AutoFusionConfig = AutoFusionConfig(), *, query_prompt: str = "",
+           passage_prompt: str = "") -> dict:
+    """The ``auto`` record of the manifest's ``fusion`` entry for an index of ``docs`` (row order)
+    with passage ``values``/``gates``: the chosen method and dense weight, and how they were found."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(config.seed)
+    rows = np.sort(rng.choice(len(docs), min(config.pool, len(docs)), replace=False))
+    picked, cuts = [], []
+    for column in rng.permutation(len(rows)):
+        found = cut(docs[rows[column]], config.window, rng)
+        if found is not None:
+            picked.append(column)
+            cuts.append(found)
+        if len(picked) == config.queries:
+            break
+    if len(picked) < config.min_queries:
+        log.warning("auto fusion: %d passages are long enough for a pseudo-query (under %d): the equal zscore mix",
+                    len(picked), config.min_queries)
+        return {"method": "zscore", "dense_weight": fusion.DEFAULT_DENSE_WEIGHT, "pseudo_queries": len(picked),
+                "note": "too few passages long enough for a pseudo-query: the equal mix"}
+    kinds, queries, answers = zip(*cuts)
+    xq = encoder.encode(list(queries), "query", prompt=query_prompt)
+    answered = encode_all(encoder, [passage_prompt + a for a in answers], "passage", config.batch_size,
+                          by_length=True)
+    lexical, dense = part_scores(xq.values, xq.gates, values, gates, rows)
+    own = np.arange(len(picked))
+    own_lexical, own_dense = part_scores(xq.values, xq.gates, answered.values, answered.gates, own)
+    source = np.asarray(picked)
+    lexical[own, source], dense[own, source] = own_lexical[own, own], own_dense[own, own]
+    depth = pool_depth(config, len(rows), len(docs))
+    gains = mix_choice.weight_gains(lexical, dense, source, depth)
+    weight = mix_choice.choose_weight(gains)
+    seconds = time.perf_counter() - start
+    log.info("auto fusion: zscore with dense weight %.1f from %d pseudo-queries against %d passages (%.1f s)",
+             weight, len(picked), len(rows), seconds)
+    return {"method": "zscore", "dense_weight": weight, "rule": "one standard error from the equal mix",
+            "pseudo_queries": len(picked), "titles": kinds.count("title"), "windows": kinds.count("window"),
+            "pool": int(len(rows)), "depth": depth, "window": config.window, "seed": config.seed,
+            "weights": list(mix_choice.WEIGHTS), "pseudo_ndcg_at_10": [round(float(g), 4) for g in gains.mean(axis=1)],
+            "seconds": round(seconds, 2)}

@@ -1,0 +1,74 @@
+"""Which ``zscore`` dense weight suits a collection, judged on pseudo-queries with a known answer.
+
+Arrays in, arrays out. Each pseudo-query (Q of them) has one matching passage, the ``source``
+column of its row in the part scores (Q, P) against a pool of P passages. Every candidate weight
+``w`` mixes the parts as a search does (:func:`densehybrid.index.search.fusion.fuse`, ``zscore``
+over the union of each part's own top ``depth``) and is scored by the nDCG@10 of the one source
+(``1 / log2(1 + rank)`` within the top 10, else 0).
+
+The rule (:func:`choose_weight`) keeps the weight of the a-priori equal mix (``prior``, ½) unless the
+pseudo-queries show it to be worse: it takes the weight nearest the prior whose mean gain is within
+one standard error (of the paired per-query difference) of the best weight's, the "one standard
+error" rule of model selection. A part that is much weaker on the collection pulls the best weight,
+and so the choice, towards the other part; parts of equal use leave it at the prior.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from densehybrid.index.search import fusion
+
+WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 = lexical alone ... 1 = dense alone
+CUTOFF = 10
+
+
+def candidates(lexical: np.ndarray, dense: np.ndarray, depth: int) -> np.ndarray:
+    """(Q, P) bool: each row's union of the lexical part's and the dense part's top ``depth`` columns."""
+    depth = min(depth, lexical.shape[1])
+    valid = np.zeros(lexical.shape, dtype=bool)
+    rows = np.arange(lexical.shape[0])[:, None]
+    for part in (lexical, dense):
+        valid[rows, np.argsort(-part, axis=1, kind="stable")[:, :depth]] = True
+    return valid
+
+
+def source_gain(fused: np.ndarray, source: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """nDCG@10 (Q,) of each row's one relevant column ``source`` under ``fused`` (Q, P) over ``valid``.
+
+    Rank = 1 + valid columns scored above the source + half those tied with it (no order of arrival
+    decides a tie); a source outside ``valid`` was never a candidate and gains 0.
+    """
+    q = np.arange(fused.shape[0])
+    own = fused[q, source][:, None]
+    above = ((fused > own) & valid).sum(axis=1)
+    tied = ((fused == own) & valid).sum(axis=1) - 1
+    rank = 1.0 + above + 0.5 * np.maximum(tied, 0)
+    gain = np.where(rank <= CUTOFF, 1.0 / np.log2(1.0 + rank), 0.0)
+    return np.where(valid[q, source], gain, 0.0)
+
+
+def weight_gains(lexical: np.ndarray, dense: np.ndarray, source: np.ndarray, depth: int,
+                 weights: tuple[float, ...] = WEIGHTS) -> np.ndarray:
+    """(W, Q) nDCG@10 of each pseudo-query's source under ``zscore`` with each dense weight."""
+    valid = candidates(lexical, dense, depth)
+    return np.stack([source_gain(fusion.fuse(lexical, dense, "zscore", dense_weight=w, valid=valid), source, valid)
+                     for w in weights])
+
+
+def choose_weight(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
+                  prior: float = fusion.DEFAULT_DENSE_WEIGHT) -> float:
+    """The weight nearest ``prior`` whose mean gain is within one standard error of the best's.
+
+    ``gains`` (W, Q) per weight and pseudo-query; the standard error is that of the paired
+    per-query difference to the best weight (0 differences: only equally good weights qualify).
+    """
+    means = gains.mean(axis=1)
+    best = int(np.argmax(means))
+    diff = gains[best] - gains
+    stderr = diff.std(axis=1, ddof=1) / np.sqrt(gains.shape[1]) if gains.shape[1] > 1 else np.zeros(len(weights))
+    near = np.flatnonzero(diff.mean(axis=1) <= stderr + 1e-12)
+    distance = np.abs(np.asarray(weights)[near] - prior)
+    # nearest the prior; of two equally near, the better one
+    pick = near[np.lexsort((-means[near], distance))[0]]
+    return float(weights[pick])
