@@ -77,7 +77,8 @@ def test_a_full_scan_reads_file_pages_not_process_memory(tmp_path):
     anon = seen["searched"]["RssAnon"] - seen["before"]["RssAnon"]
     mapped = seen["searched"]["RssFile"] - seen["opened"]["RssFile"]
     assert mapped > vector_bytes // 2, seen  # the scan read the vectors through the file's pages ...
-    assert anon < vector_bytes // 4, seen  # ... and neither opening nor searching copied them
+    # ... and neither opening nor searching copied them (a copy is >= vector_bytes; the id list takes ~30 MB)
+    assert anon < vector_bytes // 2, seen
     assert seen["rows"] == seen["want"]
 
 

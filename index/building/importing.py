@@ -34,7 +34,7 @@ from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage import files
 from densehybrid.index.storage.documents import Document, write_docs_at
 from densehybrid.index.storage.payload import Payload
-from densehybrid.index.storage.vectors import VECTORS, VectorFileError, open_vectors
+from densehybrid.index.storage.vectors import MMAP, VECTORS, VectorFileError, open_vectors
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def read_pyserini(directory: str | os.PathLike) -> PyseriniIndex:
             raise _bad(directory, f"not a Pyserini Faiss index directory: '{name}' is missing "
                                   f"(expected '{PYSERINI_INDEX}' and '{PYSERINI_DOCID}')")
     try:
-        index = faiss.read_index(str(directory / PYSERINI_INDEX), faiss.IO_FLAG_MMAP)
+        index = faiss.read_index(str(directory / PYSERINI_INDEX), MMAP)
     except RuntimeError as exc:
         raise _bad(directory / PYSERINI_INDEX, f"not a readable Faiss index, truncated or damaged "
                                                f"({str(exc).splitlines()[0]})") from exc

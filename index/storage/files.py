@@ -45,7 +45,7 @@ from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.payload import PAYLOAD, Payload, load_payload
-from densehybrid.index.storage.vectors import VECTORS, VectorFileError, open_vectors
+from densehybrid.index.storage.vectors import MMAP, VECTORS, VectorFileError, open_vectors
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def _load_array(path: Path, dtype: str, shape: tuple[int, int]) -> np.ndarray:
 
 def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
     try:
-        index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP)
+        index = faiss.read_index(str(path), MMAP)
     except RuntimeError as exc:
         raise _fail(path, f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
     if index.ntotal != count or index.d != dim:

@@ -2,7 +2,7 @@
 
 A Faiss flat index stores its rows last in the file, as they are: ``IndexScalarQuantizer``
 (``QT_fp16``) as float16, ``IndexFlatIP`` as float32. So one file serves both readers: Faiss
-memory-maps it (``IO_FLAG_MMAP``) for the exact first stage, and ``np.memmap`` opens the same
+memory-maps it (``IO_FLAG_MMAP_IFC``) for the exact first stage, and ``np.memmap`` opens the same
 bytes as the ``(N, dim)`` array the rerank, explain and export read. Nothing is read into RAM
 at open: pages come from disk as the scans touch them, and the kernel may drop them again.
 
@@ -21,6 +21,9 @@ import faiss
 import numpy as np
 
 VECTORS = "vectors.faiss"
+# maps the codes of a flat index (IndexFlatCodes: flat, scalar quantizer, PQ) instead of reading them;
+# plain IO_FLAG_MMAP still reads them into memory (faiss 1.15)
+MMAP = faiss.IO_FLAG_MMAP_IFC
 DTYPES = ("float16", "float32")
 _NTOTAL = struct.Struct("<q")  # a Faiss index header: fourcc (4 bytes), d (int32), ntotal (int64), ...
 _CODES_SIZE = struct.Struct("<Q")  # the length written just before the codes vector
@@ -83,7 +86,7 @@ def open_vectors(path: Path, *, count: int, dim: int, dtype: str = "float16") ->
     if stated != _stated_length(count, dim, dtype):
         raise VectorFileError(f"its codes do not hold {count} x {dim} {dtype} rows (truncated or another layout)")
     try:
-        index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP)
+        index = faiss.read_index(str(path), MMAP)
     except RuntimeError as exc:
         raise VectorFileError(f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
     expected = type(new_flat(dim, dtype))
