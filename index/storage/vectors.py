@@ -59,7 +59,8 @@ def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: i
     with open(path, "wb") as f:
         f.write(header)
         for part in parts:
-            rows = np.ascontiguousarray(part, dtype=dtype)
+            with np.errstate(over="ignore"):  # an overflow is reported below, by row numbers
+                rows = np.ascontiguousarray(part, dtype=dtype)
             if rows.ndim != 2 or rows.shape[1] != dim:
                 raise ValueError(f"a part of shape {rows.shape}, expected (n, {dim})")
             if not np.isfinite(rows).all():
