@@ -113,6 +113,10 @@ def test_corpus_gives_texts_by_id_in_any_order(tmp_path, source):
         import_pyserini(directory, tmp_path / "ix2", FakeEncoder("cls").spec,
                         ImportOptions(corpus=corpus, fields_from_metadata=True))
     assert not (tmp_path / "ix2").exists()
+    corpus.write_text(corpus.read_text() + json.dumps(lines[0]) + "\n")
+    with pytest.raises(IndexWriteError, match="occurs more than once"):
+        import_pyserini(directory, tmp_path / "ix3", FakeEncoder("cls").spec, ImportOptions(corpus=corpus))
+    assert not (tmp_path / "ix3").exists() and not (tmp_path / "ix3.partial").exists()
 
 
 def _truncate_index(d):

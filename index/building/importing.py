@@ -153,6 +153,8 @@ def _documents(source: PyseriniIndex, corpus: Path | None) -> Iterator[tuple[int
         row = int(order[at]) if at < len(ids) else -1
         if row < 0 or ids[row] != doc.id:
             raise _bad(corpus, f"passage {doc.id!r} is not among the ids of {source.directory / PYSERINI_DOCID}")
+        if seen[row]:
+            raise _bad(corpus, f"passage {doc.id!r} occurs more than once")
         seen[row] = True
         yield row, doc
     if not seen.all():
