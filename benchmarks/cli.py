@@ -14,6 +14,7 @@ from densehybrid.bench.config import PRESETS, SECTIONS, BenchConfig
 
 Section = Enum("Section", {name: name for name in SECTIONS}, type=str)
 Backend = Enum("Backend", {name: name for name in ("torch", "onnx")}, type=str)
+Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)
 
 
 def config_from(preset: str = "default", *, only: list[str] | None = None, rows: int | None = None,
@@ -33,6 +34,9 @@ def bench_command(
     quick: bool = typer.Option(False, "--quick", help="tiny sizes, seconds (what CI runs)"),
     full: bool = typer.Option(False, "--full", help="larger samples: more repeats, approx-GIP over 1M rows, "
                               "a 100k-document service index"),
+    preset: Optional[Preset] = typer.Option(None, "--preset", help="named sizes instead of --quick/--full: gpu is "
+                                            "the GPU machine's run (benchmarks/gpu_run.sh), gpu-rehearsal its CPU "
+                                            "rehearsal"),
     out: Optional[Path] = typer.Option(None, "--out", help="JSON results file (default: bench-PRESET.json)"),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="also write the table as Markdown to this file"),
     only: Optional[list[Section]] = typer.Option(None, "--only", help="run only this section (repeat for several)"),
@@ -46,9 +50,10 @@ def bench_command(
 ) -> None:
     """Run the performance benchmark: memory bandwidth, first stage, rerank, encoders and a live service, side by
     side in one run, with the targets as ratios."""
-    if quick and full:
-        raise typer.BadParameter("give --quick or --full, not both", param_hint="--quick/--full")
-    config = config_from("quick" if quick else "full" if full else "default", only=_values(only), rows=rows,
+    if quick + full + (preset is not None) > 1:
+        raise typer.BadParameter("give one of --quick, --full and --preset", param_hint="--quick/--full/--preset")
+    name = preset.value if preset else "quick" if quick else "full" if full else "default"
+    config = config_from(name, only=_values(only), rows=rows,
                          threads=threads, device=device, service_backend=service_backend and service_backend.value,
                          service_kind=service_kind, backends=_values(backends))
     run_and_report(config, out, markdown)

@@ -1,4 +1,5 @@
-"""Benchmark sizes: ``quick`` (CI, seconds), ``default`` (a few minutes on 2 cores), ``full``."""
+"""Benchmark sizes: ``quick`` (CI, seconds), ``default`` (a few minutes on 2 cores), ``full``, and ``gpu``
+(the GPU machine's run, benchmarks/gpu_run.sh) with ``gpu-rehearsal``, the same steps at CPU sizes."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class BenchConfig:
     service_requests: int = 64
     concurrency: tuple[int, ...] = (1, 8, 32)
     service_in_thread: bool = False  # quick: uvicorn in a thread of this process instead of a subprocess
+    batching_modes: tuple[str, ...] = ("on", "on_nowait", "off")  # service_bench.BATCHING's names
     sections: tuple[str, ...] = SECTIONS
     device: str | None = None  # None: CUDA when present
     threads: int | None = None  # torch / ONNX Runtime / Faiss threads; None keeps torch's default
@@ -58,4 +60,16 @@ PRESETS = {
     "full": BenchConfig(preset="full", bandwidth_bytes=2 << 30, first_stage_rows=1_000_000, first_stage_repeats=50,
                         approx_rows=1_000_000, encoder_repeats=100, passage_batches=3, service_docs=100_000,
                         service_requests=256),
+    # one H100/H200 in about 3 minutes: the query encoder of the coCondenser Aggretriever's shape, the
+    # torch first stage over 1M x 768 fp16 rows generated on the machine, a 1M-document service
+    "gpu": BenchConfig(preset="gpu", bandwidth_bytes=1 << 30, first_stage_rows=1_000_000, approx_rows=100_000,
+                       encoder_shape="bert-base", encoder_repeats=100, passage_batches=3, backends=("torch",),
+                       service_kind="aggretriever", service_docs=1_000_000, service_requests=2048,
+                       concurrency=(1, 8, 64), batching_modes=("on", "on_nowait"), device="cuda"),
+    "gpu-rehearsal": BenchConfig(
+        preset="gpu-rehearsal", bandwidth_bytes=32 << 20, first_stage_rows=20_000, first_stage_repeats=5,
+        batch_size=16, depth=100, rerank_candidates=2_000, approx_rows=20_000, approx_repeats=2,
+        encoder_shape="tiny", encoder_repeats=3, passage_batch=4, passage_length=32, backends=("torch",),
+        service_kind="aggretriever", service_docs=500, service_requests=16, concurrency=(1, 4),
+        batching_modes=("on", "on_nowait"), device="cpu"),
 }

@@ -1,10 +1,12 @@
-"""Encoder cost on a DistilBERT-base-shaped masked LM with random weights (docs/performance.md).
+"""Encoder cost on a masked LM of a named shape (DistilBERT-base by default) with random weights
+(docs/performance.md).
 
 Query latency: batch 1 at each query length, for [CLS]-only, full Aggretriever,
 skip-MLM Aggretriever and DHR, on each backend (torch, ONNX Runtime), with the
 ratio of each to [CLS]-only on the same backend. Token ids are made directly
 (``[CLS] w1 .. wn [SEP]``) so every query has exactly the stated length;
-tokenization (thread-safe, off the worker) is not part of the forward.
+tokenization (thread-safe, off the worker) is not part of the forward. A
+second row per backend times a real query text end to end, tokenization included.
 
 Passage throughput: batches of ``passage_batch`` x ``passage_length`` through our
 encoders vs one bare transformers forward of the same network (the masked LM for
@@ -37,6 +39,8 @@ VARIANTS = {
     "dhr": {"kind": "dhr"},
 }
 CLS_ID, SEP_ID = 101, 102
+# 12 tokens with [CLS] and [SEP] under the bert-base-uncased vocabulary
+QUERY_TEXT = "what is the population of the capital city of france"
 
 
 def token_items(count: int, length: int, seed: int) -> list[TokenizedText]:
@@ -72,10 +76,15 @@ def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> d
         for length in config.query_lengths:
             item = token_items(1, length, seed=length)
             calls = {v: (lambda e=e: e.encode_tokenized(item, "query")) for v, e in encoders.items()}
+            if backend == "torch":  # the reference: the same networks' bare transformers forwards
+                calls |= {"bare_backbone": _bare_forward(encoders["cls"], item),
+                          "bare_masked_lm": _bare_forward(encoders["aggretriever"], item)}
             row = interleaved(calls, repeats=config.encoder_repeats)
             for t in row.values():
                 t["ratio_to_cls_p50"] = ratio(t["p50"], row["cls"]["p50"])
             out.setdefault(backend, {})[f"len{length}"] = row
+        calls = {v: (lambda e=e: e.encode([QUERY_TEXT], "query")) for v, e in encoders.items()}
+        out[backend]["text_with_tokenize"] = interleaved(calls, repeats=config.encoder_repeats)
         del encoders
     if "torch" in out and "onnx" in out:
         out["onnx_speedup_p50"] = {length: {v: ratio(out["torch"][length][v]["p50"], out["onnx"][length][v]["p50"])
@@ -92,14 +101,16 @@ def _throughput(fn, warm, passages: int, batches: int) -> float:
 
 
 def _bare_forward(encoder, items: list[TokenizedText]):
-    """One transformers forward of the encoder's own network over the whole padded batch."""
+    """One transformers forward of the encoder's own network over the whole padded batch, under the same
+    autocast as the encoder (fp16 on CUDA), so the two differ only by what the encoder adds."""
+    from densehybrid.encoder.device import autocast
     from densehybrid.encoder.tokenization import pad
 
     model = encoder.backbone.models["passage"]
     input_ids, mask = pad([i.ids[MODEL_KEY] for i in items], encoder.backbone.tokenizer.pad_id, model.device)
 
     def run():
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(model.device):
             return model(input_ids=input_ids, attention_mask=mask)
     return run
 
@@ -138,7 +149,9 @@ def mlm_breakdown(config, model_dir: Path, device: str | None, cache: Path) -> d
     encoder = _encoder(model_dir, "aggretriever", "torch", device, cache)
     model = encoder.backbone.models["query"]
     base, head, cfg = base_model_of(model), mlm_head_of(model), model.config
-    d, ffn, layers, vocab = cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.vocab_size
+    # BertConfig and DistilBertConfig share hidden_size and num_hidden_layers; the FFN width has two names
+    d, layers, vocab = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+    ffn = cfg.intermediate_size if cfg.model_type == "bert" else cfg.hidden_dim
     backbone_macs = layers * (4 * d * d + 2 * d * ffn)  # per token, attention scores aside
     head_macs = d * d + d * vocab
     out = {"backbone_macs_per_token": backbone_macs, "head_macs_per_token": head_macs,

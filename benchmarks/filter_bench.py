@@ -23,6 +23,7 @@ import numpy as np
 
 from densehybrid.bench.config import PRESETS
 from densehybrid.bench.timing import percentile, ratio
+from densehybrid.index.search.params import SearchParams
 
 SELECTIVITIES = (1.0, 0.1, 0.01, 0.001)
 QUERIES = ("dense sparse hybrid retrieval", "passage query vector index", "lexical semantic gate model",
@@ -95,7 +96,7 @@ def in_process(index, encoder, rows: int, repeats: int) -> dict:
 
         def call(share, i):
             started = time.perf_counter()
-            searcher.search(queries[i % len(queries)], k=10, filter=nodes[share])
+            searcher.search(queries[i % len(queries)], SearchParams(k=10, filter=nodes[share]))
             return (time.perf_counter() - started) * 1000
 
         samples = _interleaved(tuple(nodes), repeats, call)

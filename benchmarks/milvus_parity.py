@@ -18,15 +18,16 @@ from densehybrid.index.building import commands
 
 from densehybrid.index import evaluate
 
-from densehybrid.index.storage import milvus
+from densehybrid.index.storage import milvus, milvus_export
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.params import SearchParams
 
 
 def parity(index_dir: str, queries_path: str, qrels_path: str, uri: str, collection: str, candidates: int) -> dict:
     index = load_index(index_dir)
     start = time.perf_counter()
-    report = milvus.export_index(index, uri, collection)
+    report = milvus_export.export_index(index, uri, collection)
     export_s = time.perf_counter() - start
     remote = milvus.open_collection(uri, collection)
     encoder = commands.encoder_for_index(index)
@@ -39,7 +40,7 @@ def parity(index_dir: str, queries_path: str, qrels_path: str, uri: str, collect
     for name, store in (("local", index), ("milvus", remote)):
         searcher = Searcher(store)
         start = time.perf_counter()
-        found[name] = searcher.search(encoded, k=1000, candidates=candidates)
+        found[name] = searcher.search(encoded, SearchParams(k=1000, candidates=candidates))
         out[f"{name}_ms_per_query"] = round((time.perf_counter() - start) * 1000 / len(qids), 2)
         run = evaluate.to_run(qids, found[name].ids, found[name].scores)
         out[f"{name}_ndcg@10"] = round(evaluate.evaluate(run, qrels)["nDCG@10"], 5)

@@ -20,8 +20,12 @@ def sentence(exc: Exception) -> str:
     return str(exc)
 
 
-def fail(message: str | Exception) -> NoReturn:
-    """Print ``error: <message>`` (Rich markup in it printed as is) and exit with code 2."""
-    text = sentence(message) if isinstance(message, Exception) else message
+def print_error(text: str) -> None:
+    """Print ``error: <text>`` (Rich markup in it printed as is)."""
     console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
+
+
+def fail(message: str | Exception) -> NoReturn:
+    """Print ``error: <message>`` and exit with code 2."""
+    print_error(sentence(message) if isinstance(message, Exception) else message)
     raise typer.Exit(2)

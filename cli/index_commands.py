@@ -29,6 +29,7 @@ from densehybrid.index.evaluate import EvalInputError
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.building.ray_build import RayBuildError, RayOptions, RayShardEncoder
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
 
 log = logging.getLogger(__name__)
@@ -197,11 +198,11 @@ def search(
     """
     try:
         index, model = _load(index_dir, encoder, milvus_uri, collection)
-        kept = {} if filter_json is None else {"filter": _parse_filter(filter_json, index.field_types)}
+        params = SearchParams(k=k, first_stage=first_stage, candidates=candidates, theta=theta, rerank=not no_rerank,
+                              lam=encoder.fixed_lambda("search"), method=fusion,
+                              filter=None if filter_json is None else _parse_filter(filter_json, index.field_types))
         searcher = Searcher(index, device=resolve_search_device(search_device, index))
-        found = commands.search_texts(model, searcher, [query], k=k, first_stage=first_stage, candidates=candidates,
-                                      theta=theta, rerank=not no_rerank, lam=encoder.fixed_lambda("search"),
-                                      method=fusion, **kept)
+        found = commands.search_texts(model, searcher, [query], params)
     except _KNOWN_ERRORS as exc:
         fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
@@ -241,19 +242,19 @@ def eval_command(
     try:
         index = _open(index_dir, milvus_uri, collection)
         model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device)
-        search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
-                             rerank=not no_rerank, device=resolve_search_device(search_device, index))
+        device = resolve_search_device(search_device, index)
+        params = SearchParams(k=1000, first_stage=first_stage, candidates=candidates, theta=theta,
+                              lam=encoder.fixed_lambda("eval"), rerank=not no_rerank, method=fusion)
         if compare_fusion:
             if bm25 or no_rerank or index.spec.kind not in SCALED_KINDS:
                 raise typer.BadParameter("--compare-fusion needs a fused index (dhr, fusion), the rerank and no --bm25")
-            search_kwargs.pop("rerank")
-            outcomes = commands.fusion_comparison(index, queries, qrels, encoder=model, **search_kwargs)
+            outcomes = commands.fusion_comparison(index, queries, qrels, encoder=model, device=device, params=params)
         elif as_json:  # the asked-for system only, as before
             outcomes = {"": commands.run_eval(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
-                                              method=fusion, **search_kwargs)}
+                                              device=device, params=params)}
         else:
             outcomes = commands.eval_rows(index, queries, qrels, encoder=model, bm25=bm25, run_path=run,
-                                          method=fusion, **search_kwargs)
+                                          device=device, params=params)
     except _KNOWN_ERRORS as exc:
         fail(exc)
     last = list(outcomes.values())[-1]
@@ -277,12 +278,11 @@ def index_export(
     collection: str = typer.Option(..., "--collection", help="collection name (letters, digits, underscores)"),
     batch_size: int = typer.Option(1000, "--batch-size", min=1, help="rows per upsert (the resume granularity)"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
-    vectors_dtype: str = VECTORS_DTYPE_OPTION,
 ) -> None:
     """Copy an index into Milvus; re-running resumes an interrupted export and never duplicates rows."""
     from tqdm.auto import tqdm
 
-    from densehybrid.index.storage.milvus import export_index
+    from densehybrid.index.storage.milvus_export import export_index
 
     try:
         index = load_index(index_dir)

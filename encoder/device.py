@@ -40,13 +40,3 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.float16)
     return contextlib.nullcontext()
-
-
-def set_cpu_threads(threads: int | None) -> None:
-    """Intra-op threads for CPU forwards (``None`` keeps torch's default)."""
-    if threads is None:
-        return
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
-    torch.set_num_threads(threads)
-    log.info("torch intra-op threads set to %d", threads)

@@ -28,10 +28,12 @@ import torch
 from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, LinearHead, save_head
 from densehybrid.encoder.model_dir import PASSAGE_DIR, QUERY_DIR, save_transformer
 
-# named shapes: the published DistilBERT checkpoints' (docs/indexes.md), and a tiny one for quick runs and
-# the ONNX tests; both with the bert-base-uncased vocabulary of the offline SPLADE-tiny model
+# named shapes: the published DistilBERT checkpoints' (docs/indexes.md), BERT-base (the coCondenser
+# Aggretriever's backbone), and a tiny one for quick runs and the ONNX tests; all with the bert-base-uncased
+# vocabulary of the offline SPLADE-tiny model
 SHAPES: dict[str, dict] = {
     "distilbert-base": {"arch": "distilbert", "hidden": 768, "layers": 6, "heads": 12},
+    "bert-base": {"arch": "bert", "hidden": 768, "layers": 12, "heads": 12},
     "tiny": {"arch": "distilbert", "hidden": 32, "layers": 2, "heads": 2, "intermediate": 64, "init_range": 0.2},
 }
 SHAPE_HEADS = {"pooler_dim": 128, "head_init": "linear", "tokenizer_from": "splade-tiny"}

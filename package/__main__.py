@@ -1,5 +1,5 @@
 """``python -m densehybrid`` is the ``densehybrid`` command."""
 
-from densehybrid.cli.main import main
+from densehybrid.cli.launcher import main
 
 main()

@@ -6,16 +6,15 @@ adds the following jobs of the same role and output while the batch stays within
 ``max_batch_size`` texts and ``max_batch_tokens`` padded tokens, waiting at most
 ``max_wait_s`` for more to arrive. One forward encodes the batch; each job gets
 its own rows back. A job bigger than the limits runs alone (the encoder bounds
-its own memory). Background jobs (the passages of writes) wait while
-interactive ones (searches, embeddings) are queued, for at most
-``max_background_wait_s``: a write's encode then holds up a search only when
-it has waited that long, or when it started before the search arrived. A forward that raises fails every job of that batch and the
-worker carries on with the next; a job whose caller went away (its future was
-cancelled) is dropped before it is encoded. A full queue is refused at once
+its own memory). Jobs are taken in arrival order: writes leave room for
+searches before they reach this queue (``service.write_pacing``). A forward
+that raises fails every job of that batch and the worker carries on with the
+next; a job whose caller went away (its future was cancelled) is dropped
+before it is encoded. A full queue is refused at once
 (:class:`~service.errors.QueueFull`, HTTP 429) instead of growing.
 
-A job may name what comes next (``then``): the worker hands it its rows and
-its future right after the forward, so that the next stage starts from this
+A job may carry its next stage (``then``): the worker hands it the job's rows
+and future right after the forward, so that the next stage starts from this
 thread and the caller's future resolves only with the final answer.
 """
 
@@ -72,7 +71,6 @@ class _Job:
     role: Role
     output: Output = "vectors"
     then: Then | None = None
-    background: bool = False
     enqueued: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=Future)
 
@@ -84,10 +82,8 @@ class _Job:
 class Batcher:
     def __init__(self, encoder: Encoder, *, max_batch_size: int = 64, max_batch_tokens: int = 16384,
                  max_wait_s: float = 0.0, queue_size: int = 1024, retry_after_s: int = 1,
-                 observer: BatchObserver | None = None, hand_on: Callable[[], ContextManager] | None = None,
-                 max_background_wait_s: float = 0.05):
+                 observer: BatchObserver | None = None, hand_on: Callable[[], ContextManager] | None = None):
         self.encoder = encoder
-        self.max_background_wait_s = max_background_wait_s
         # entered around the hand-on of one batch's jobs to their next stage (the search batcher holds its drain)
         self.hand_on = hand_on or contextlib.nullcontext
         self.max_batch_size = max_batch_size
@@ -144,11 +140,10 @@ class Batcher:
         raise QueueFull(f"encoder queue is full ({self._queued_texts} texts waiting); retry later", self.retry_after_s)
 
     def submit(self, items: list[TokenizedText], role: Role, output: Output = "vectors",
-               then: Then | None = None, *, background: bool = False) -> Future:
+               then: Then | None = None) -> Future:
         """Queue one job; its future resolves to an :class:`EncodeOutcome` (or what ``then`` makes of it) or an
-        error. Cancelling the future while the job waits drops it. ``background`` jobs yield to the others
-        (see the module's text)."""
-        job = _Job(list(items), role, output, then, background)
+        error. Cancelling the future while the job waits drops it."""
+        job = _Job(list(items), role, output, then)
         with self._cond:
             if self._closing:
                 self.observer.count_rejected("shutting_down")
@@ -185,38 +180,22 @@ class Batcher:
         longest = max(job.longest, *(j.longest for j in batch))
         return texts <= self.max_batch_size and texts * longest <= self.max_batch_tokens
 
-    def _first_job(self) -> _Job:
-        """(Under the lock.) The oldest job, unless it is a background job that may still wait and an
-        interactive one is queued: then the oldest interactive one."""
-        head = self._jobs[0]
-        if head.background and time.perf_counter() - head.enqueued < self.max_background_wait_s:
-            for job in self._jobs:
-                if not job.background:
-                    self._jobs.remove(job)
-                    return job
+    def _next_joining(self, batch: list[_Job]) -> _Job | None:
+        """(Under the lock.) The oldest queued job when it joins ``batch`` (same role and output, and it fits);
+        else None."""
+        first, job = batch[0], self._jobs[0]
+        if (job.role, job.output) != (first.role, first.output) or not self._fits(batch, job):
+            return None
         return self._jobs.popleft()
 
-    def _next_joining(self, batch: list[_Job]) -> _Job | None:
-        """(Under the lock.) The next queued job that joins ``batch``: the first one of its role and output for
-        an interactive batch (background jobs wait behind it), the oldest job for a background one; None when
-        that job does not fit."""
-        first = batch[0]
-        candidates = self._jobs if first.background else (j for j in self._jobs if not j.background)
-        job = next(iter(candidates), None)
-        if job is None or (job.role, job.output) != (first.role, first.output) or not self._fits(batch, job):
-            return None
-        self._jobs.remove(job)
-        return job
-
     def _next_batch(self) -> list[_Job] | None:
-        """Block for the first job (see :meth:`_first_job`), then gather same-role, same-output jobs that fit,
-        waiting at most max_wait_s."""
+        """Block for the oldest job, then gather same-role, same-output jobs that fit, waiting at most max_wait_s."""
         with self._cond:
             while not self._jobs and not self._closing:
                 self._cond.wait()
             if not self._jobs:
                 return None
-            batch = [self._first_job()]
+            batch = [self._jobs.popleft()]
             deadline = time.perf_counter() + self.max_wait_s
             while True:
                 if self._jobs:

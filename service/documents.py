@@ -1,7 +1,7 @@
 """Writes: ``POST /documents`` and ``DELETE /documents/{id}``, and reading one document back.
 
 A write encodes its passages with the index's own model through the pipeline
-(role passage, behind queued searches), then logs and applies the change on the general thread pool
+(role passage, its wait not counted as a search's), then logs and applies the change on the general thread pool
 (:meth:`index.live.LiveIndex.upsert` fsyncs before it returns, and the fsync
 must not hold up the search threads), so the 2xx leaves only once the change
 is durable, and a search started after it sees the change. Each write may
@@ -21,9 +21,8 @@ from densehybrid.index.building.build import passage_text
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.writes.live import LiveIndex, UnknownDocument
-from densehybrid.index.storage.payload import PayloadError, check_value
 from densehybrid.index.writes.wal import LogFullError
-from densehybrid.service.errors import InsufficientStorage, InvalidRequest, NotFound, WriteFailed, WritesDisabled
+from densehybrid.service.errors import InsufficientStorage, NotFound, WriteFailed, WritesDisabled
 from densehybrid.service.handlers import require_index, require_ready, served_prompts
 from densehybrid.service.pipeline import TextOptions, ms, record
 from densehybrid.service.runtime import Runtime
@@ -50,37 +49,25 @@ def _logged(fn, *args):
         raise WriteFailed(f"{exc}; the change was not applied") from exc
 
 
-def document_fields(index: LiveIndex, given: dict | None) -> dict | None:
-    """A written document's field values, checked against the index's fields and types (422 naming the field)."""
-    if not given:
+def document_fields(given) -> dict | None:
+    """A written document's field values, as the request model checked them against the index's fields and
+    types; an empty keyword list is no value, as in a built index."""
+    if given is None:
         return None
-    known = index.field_types
-    out = {}
-    for name, value in given.items():
-        if name not in known:
-            raise InvalidRequest(f"fields: unknown field {name!r} (the index's fields: "
-                                 f"{', '.join(sorted(known)) or 'none'}; they are chosen when the index is built)")
-        try:
-            value = check_value(name, known[name], value)
-        except PayloadError as exc:
-            raise InvalidRequest(str(exc)) from None
-        if value is not None:
-            out[name] = value
-    return out or None
+    values = {name: value for name, value in given.model_dump(by_alias=True, exclude_none=True).items() if value != []}
+    return values or None
 
 
 async def add_documents(rt: Runtime, request: Request, body) -> dict:
     index = _writable(rt)
     started = time.perf_counter()
-    docs = [Document(d.id, d.title, d.text,
-                     document_fields(index, d.fields and d.fields.model_dump(by_alias=True, exclude_none=True)))
-            for d in body.documents]
+    docs = [Document(d.id, d.title, d.text, document_fields(d.fields)) for d in body.documents]
     # as index build encodes passages: after the index's passage prompt, cut from the right when over-long
     passages = TextOptions(truncate=True, prompt=served_prompts(rt).for_role("passage"))
     async with rt.pipeline.write_turn() as idle:
         turn = time.perf_counter()
         done = await rt.pipeline.encode(request, [passage_text(d) for d in docs], "passage", passages,
-                                        background=True)
+                                        reading=False)
         idle(done.queue_ms / 1000)
         logged = time.perf_counter()
         seq = await run_in_threadpool(_logged, index.upsert, docs, done.encoded.values, done.encoded.gates)

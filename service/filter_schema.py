@@ -2,36 +2,29 @@
 
 The OpenAPI document then states exactly what fits: each leaf names one of the index's fields and
 takes a value of that field's type (``range`` only on numbers), ``fields`` lists field names, and a
-written document's ``fields`` is an object of those fields. An unknown field is refused naming it,
-before the nested models validate (``index.filters.parse``, which bounds size and depth before it
-recurses), and so is a filter too deep or too large.
+written document's ``fields`` is an object of those fields. The filter models only state the schema:
+a request's filter is validated once, by ``index.filters.parse`` (which bounds size and depth before
+it recurses, and names an unknown or mistyped field), and the request holds the parsed node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict,
-                      StringConstraints, Tag, create_model, model_validator)
+from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainValidator,
+                      Strict, StringConstraints, Tag, create_model)
 
 from pydantic_core import PydanticCustomError
 
 from densehybrid.index.search import filters
 
 from densehybrid.index.storage import payload
-
-
-def _json_number(value):
-    # JSON's numbers only: true and "3" are not numbers (3.0 is an integer, as in JSON Schema)
-    if isinstance(value, (bool, str)):
-        raise ValueError("must be a JSON number")
-    return value
-
+from densehybrid.service.json_types import json_number
 
 Keyword = Annotated[str, Strict(), StringConstraints(max_length=payload.MAX_KEYWORD_CHARS)]
-Integer = Annotated[int, BeforeValidator(_json_number)]
-Number = Annotated[float, AllowInfNan(False), BeforeValidator(_json_number)]
+Integer = Annotated[int, BeforeValidator(json_number)]
+Number = Annotated[float, AllowInfNan(False), BeforeValidator(json_number)]
 Bool = Annotated[bool, Strict()]
 Bound = Union[Annotated[int, Strict()], Number]
 # what a leaf compares with, and what a written document holds, by field type
@@ -84,12 +77,6 @@ class RangeBounds(_Node):
     lt: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
     lte: Bound = Field(None, json_schema_extra=lambda s: s.pop("default", None))
 
-    @model_validator(mode="after")
-    def _one_bound_at_least(self):
-        if all(getattr(self, op) is None for op in filters.RANGE_OPS):
-            raise ValueError("range takes at least one of gt, gte, lt, lte")
-        return self
-
 
 _LEAF_OPS = ("eq", "in", "range", "exists")
 
@@ -133,27 +120,25 @@ def _filter_type(field_types: dict[str, str]):
         model.filter_tag = tag
     choices = [Annotated[model, Tag(tag)] for tag, model in (("and", and_), ("or", or_), ("not", not_))]
     choices += [Annotated[model, Tag(model.filter_tag)] for _, model in leaves]
-    union = Annotated[Union[tuple(choices)], Discriminator(
-        _tag, custom_error_type="filter_shape",
-        custom_error_message="a filter is an object with one of and, or, not, or a field with eq, in, range, exists")]
+    # a tagged union: its schema is a oneOf (exactly one shape fits), not an anyOf
+    union = Annotated[Union[tuple(choices)], Discriminator(_tag)]
     ns["SearchFilter"] = union
     for model in (and_, or_, not_):
         model.model_rebuild(_types_namespace=ns)
     return union
 
 
-def prechecked(field_types: dict[str, str]):
-    """A before-validator for ``filter``: the grammar's checks against the index's fields (size and depth
-    bounded first, without recursion), so an unknown field or a mistyped value is refused naming the field."""
-    def check(value):
+def parsed_filter(field_types: dict[str, str], schema):
+    """The ``filter`` type: validated once by the grammar against the index's fields, held as the parsed
+    node (``index.filters``); ``schema`` is what the OpenAPI document shows."""
+    def parse(value):
         if value is None:
-            return value
+            return None
         try:
-            filters.parse(value, field_types)
+            return filters.parse(value, field_types)
         except filters.FilterError as exc:
             raise PydanticCustomError("invalid_filter", str(exc).removeprefix("filter: ")) from None
-        return value
-    return check
+    return Annotated[Any, PlainValidator(parse, json_schema_input_type=schema)]
 
 
 def known_names(field_types: dict[str, str]):
@@ -162,8 +147,7 @@ def known_names(field_types: dict[str, str]):
         if isinstance(value, list):
             unknown = [n for n in value if isinstance(n, str) and n not in field_types]
             if unknown:
-                known = ", ".join(sorted(field_types)) or "none"
-                raise PydanticCustomError("unknown_field", f"unknown field {unknown[0]!r} (the index's fields: {known})")
+                raise PydanticCustomError("unknown_field", filters.unknown_field(unknown[0], field_types))
         return value
     return check
 
@@ -180,7 +164,7 @@ def _document_fields(field_types: dict[str, str]) -> type[BaseModel]:
 class FieldModels:
     """What the request models take for filters and fields on one index."""
 
-    filter: Any  # the filter type (an index without fields: only null)
+    filter: Any  # the filter type, null included (an index without fields: only null)
     names: Any  # the item type of ``fields: [...]``
     max_names: int
     document_fields: type[BaseModel]
@@ -190,11 +174,7 @@ def field_models(field_types: dict[str, str] | None) -> FieldModels:
     field_types = dict(field_types or {})
     if not field_types:
         # nothing to filter on or return: no filter fits, and ``fields`` can only be empty
-        return FieldModels(type(None), Annotated[str, StringConstraints(max_length=64)], 0, _document_fields({}))
-    return FieldModels(_filter_type(field_types), Literal[tuple(field_types)], len(field_types),
-                       _document_fields(field_types))
-
-
-def as_json(flt: BaseModel) -> dict:
-    """The request's filter as the grammar's JSON (what ``index.filters.parse`` reads)."""
-    return flt.model_dump(by_alias=True, exclude_none=True)
+        return FieldModels(parsed_filter({}, None), Annotated[str, StringConstraints(max_length=64)], 0,
+                           _document_fields({}))
+    return FieldModels(parsed_filter(field_types, Optional[_filter_type(field_types)]), Literal[tuple(field_types)],
+                       len(field_types), _document_fields(field_types))

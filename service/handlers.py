@@ -8,19 +8,20 @@ encode, search, with their times and the threads they run on) is
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.search import filters
-from densehybrid.service import filter_schema
+from densehybrid.index.search.params import SearchParams
+from densehybrid.service import scoring
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                         StoreUnavailable)
 from densehybrid.service.pipeline import EncodedTexts, TextOptions, record
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.search_batcher import SearchParams
 
 TRUNCATION_NOTE = ("a text longer than its role's max length (prompt and special tokens included) is truncated to it, "
                    "keeping its first tokens (truncation_direction left: its last), when the request's truncate "
@@ -69,11 +70,18 @@ def text_options(rt: Runtime, role: Role, *, truncate: bool | None = None, direc
     return TextOptions(rt.settings.auto_truncate if truncate is None else truncate, direction.lower(), prompt)
 
 
-def request_text_options(rt: Runtime, role: Role, body, *, search: bool = False) -> TextOptions:
-    """:func:`text_options` from a body's ``truncate``, ``truncation_direction`` and ``prompt_name`` (when it has them)."""
-    return text_options(rt, role, truncate=getattr(body, "truncate", None),
-                        direction=getattr(body, "truncation_direction", None) or "right",
-                        prompt_name=getattr(body, "prompt_name", None), search=search)
+class TextFields(Protocol):
+    """The fields of a request body that say how its texts are tokenized."""
+
+    truncate: bool | None
+    truncation_direction: Direction | None
+    prompt_name: str | None
+
+
+def request_text_options(rt: Runtime, role: Role, body: TextFields, *, search: bool = False) -> TextOptions:
+    """:func:`text_options` from a body's ``truncate``, ``truncation_direction`` and ``prompt_name``."""
+    return text_options(rt, role, truncate=body.truncate, direction=body.truncation_direction or "right",
+                        prompt_name=body.prompt_name, search=search)
 
 
 # -- /encode and the compatible APIs ------------------------------------------------
@@ -111,8 +119,8 @@ async def rerank(rt: Runtime, request: Request, query: str, texts: list[str], *,
     """Scores of ``texts`` for ``query`` (the TEI and Cohere rerank routes): the query after the query prompt,
     the texts after the passage prompt, as a search of the index would score them."""
     require_ready(rt)
-    return await rt.pipeline.score(
-        request, query, texts, lam=served_lambda(rt),
+    return await scoring.score(
+        rt.pipeline, request, query, texts, lam=served_lambda(rt),
         query_options=text_options(rt, "query", truncate=truncate, direction=direction),
         passage_options=text_options(rt, "passage", truncate=truncate, direction=direction))
 
@@ -130,13 +138,6 @@ def _explanation(rt: Runtime, query: Encoded, row: int, lam: float) -> dict:
             "total": float(found.total)}
 
 
-def _check_explain_cost(rt: Runtime, queries: int, k: int) -> None:
-    limit = rt.settings.max_explain_hits
-    if queries * k > limit:
-        raise InvalidRequest(f"explain=true for {queries} x {k} hits is over the limit of {limit} "
-                             "explained hits per request (max_explain_hits): lower k or send fewer queries")
-
-
 def _check_text_size(rt: Runtime, returned_bytes: int) -> None:
     limit = rt.settings.max_return_text_bytes
     if returned_bytes > limit:
@@ -145,8 +146,10 @@ def _check_text_size(rt: Runtime, returned_bytes: int) -> None:
 
 
 def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[dict]]:
-    """Search results -> one hit list per query, with text and explanations when asked."""
+    """Search results -> one hit list per query, with text and explanations when asked: the first
+    ``max_explain_hits`` hits in answer order are explained, the rest are not (:func:`explained_hits`)."""
     per_query, text_bytes = [], 0
+    explain_left = rt.settings.max_explain_hits if body.explain else 0
     for q, (ids, scores, rows) in enumerate(zip(found.ids, found.scores, found.rows)):
         hits = [{"id": str(doc_id), "score": float(score), "rank": rank}
                 for rank, (doc_id, score) in enumerate(zip(ids, scores), start=body.offset + 1)]
@@ -154,13 +157,13 @@ def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[d
             for hit, lexical, dense in zip(hits, found.lexical_scores[q], found.dense_scores[q]):
                 hit.update(lexical_score=lexical, dense_score=dense, fused_score=hit["score"])
         if body.return_text:
-            for hit, doc in zip(hits, rt.index.docs.get_many([h["id"] for h in hits])):
+            for hit, doc in zip(hits, rt.index.get_many([h["id"] for h in hits])):
                 hit.update(title=doc.title if doc else None, text=doc.text if doc else None)
                 text_bytes += len((hit["title"] or "").encode()) + len((hit["text"] or "").encode())
             _check_text_size(rt, text_bytes)
-        if body.explain:
-            for hit, row in zip(hits, rows):
-                hit["explanation"] = _explanation(rt, encoded[q:q + 1], int(row), lam)
+        for hit, row in zip(hits[:explain_left], rows):
+            hit["explanation"] = _explanation(rt, encoded[q:q + 1], int(row), lam)
+        explain_left -= min(explain_left, len(hits))
         if body.fields:
             for hit, values in zip(hits, rt.index.field_values(rows, body.fields)):
                 hit["fields"] = values
@@ -173,34 +176,28 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     require_ready(rt)
     texts = [body.query] if body.query is not None else list(body.queries)
     k = min(body.k, max(index.count - body.offset, 0))  # 0: the page is past the last hit
-    if body.explain:
-        _check_explain_cost(rt, len(texts), k)
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
-    params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion,
-                          body.offset, body.rrf_k, filter=search_filter(index, body))
+    params = SearchParams(k=k, offset=body.offset, first_stage=body.first_stage, candidates=candidates,
+                          theta=body.theta, rerank=body.rerank, lam=body.lam, method=body.fusion, rrf_k=body.rrf_k,
+                          filter=body.filter)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
     if per_query is None:
         per_query = [[] for _ in texts]
-    return {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
-            "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind}}
+    answer = {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
+              "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind}}
+    if body.explain:
+        answer["explained"] = explained_hits(rt, per_query)
+    return answer
 
 
-def search_filter(index, body):
-    """The request's filter checked against the index's fields (and its ``fields`` names): 422 naming the field."""
-    known = index.field_types
-    unknown = [name for name in body.fields or () if name not in known]
-    if unknown:
-        raise InvalidRequest(f"fields: unknown field {unknown[0]!r} (the index's fields: "
-                             f"{', '.join(sorted(known)) or 'none'})")
-    if body.filter is None:
-        return None
-    try:
-        return filters.parse(filter_schema.as_json(body.filter), known)
-    except filters.FilterError as exc:
-        raise InvalidRequest(str(exc)) from None
+def explained_hits(rt: Runtime, per_query: list[list[dict]]) -> dict:
+    """How many hits of an explained search carry an explanation (the first ones, in answer order) and how many
+    do not: queries x k may pass max_explain_hits, a product of two fields that JSON Schema cannot bound."""
+    limit, hits = rt.settings.max_explain_hits, sum(map(len, per_query))
+    return {"hits": min(hits, limit), "unexplained": max(hits - limit, 0), "max_explain_hits": limit}
 
 
 # -- /explain ------------------------------------------------------------------
@@ -213,7 +210,8 @@ async def explain(rt: Runtime, request: Request, body) -> dict:
     lam = index.lam if body.lam is None else body.lam
     found, timing = await rt.pipeline.encode_then(request, [body.query], "explain_ms",
                                                   lambda encoded: _explanation(rt, encoded, row, lam),
-                                                  request_text_options(rt, "query", body, search=True))
+                                                  text_options(rt, "query", truncate=body.truncate,
+                                                               direction=body.truncation_direction, search=True))
     return {"id": body.id, **found, "timing": timing}
 
 

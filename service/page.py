@@ -23,7 +23,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from densehybrid.service import handlers
 from densehybrid.service.errors import ServiceError
@@ -83,30 +83,34 @@ def shares(lexical: float, semantic: float) -> dict[str, float]:
 
 
 def _hit_view(hit: dict, kind: str) -> dict:
-    explanation = hit["explanation"]
-    terms = [t["term"] for t in explanation["terms"]]
+    explanation = hit.get("explanation")  # none past max_explain_hits: nothing to mark or split
+    terms = [t["term"] for t in explanation["terms"]] if explanation else []
     return {"id": hit["id"], "score": hit["score"], "terms": terms,
             "title": highlight(hit.get("title") or "", terms), "text": highlight(hit.get("text") or "", terms),
-            "shares": shares(explanation["lexical"], explanation["semantic"]) if kind in SHARE_KINDS else None}
+            "shares": shares(explanation["lexical"], explanation["semantic"])
+            if explanation and kind in SHARE_KINDS else None}
 
 
-async def _search(rt: Runtime, request: Request, query: str, k: int) -> tuple[dict, int]:
+async def _search(rt: Runtime, request: Request, SearchRequest: type[BaseModel], query: str,
+                  k: int) -> tuple[dict, int]:
     """The page's context and status for one query: hits and times, or the error the API would give."""
     try:
-        body = request_models(rt.settings.limits, handlers.served_prompts(rt)).search(query=query, k=k, return_text=True, explain=True)
+        body = SearchRequest(query=query, k=k, return_text=True, explain=True)
         found = await handlers.search(rt, request, body)
     except ValidationError as exc:
         return {"error": "; ".join(e["msg"] for e in exc.errors())}, 422
     except ServiceError as exc:
         return {"error": exc.message}, exc.status
     kind = found["index"]["kind"]
-    return {"hits": [_hit_view(hit, kind) for hit in found["results"]], "timing": found["timing"]}, 200
+    return {"hits": [_hit_view(hit, kind) for hit in found["results"]], "timing": found["timing"],
+            "explained": found["explained"]}, 200
 
 
 _HTML = {"text/html": {"schema": {"type": "string"}}}
 _HTML_ERROR = {"content": _HTML}
 _PAGE_RESPONSES = {
     200: {"description": "the search page, with hits when `q` is given"},
+    413: {**_HTML_ERROR, "description": "the hits' titles and texts over max_return_text_bytes: the page says so"},
     422: {"content": {**_HTML, "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
           "description": "`q` or `k` out of range (a JSON error), or a search the page refused (the page)"},
     429: {**_HTML_ERROR, "description": "encoder queue full: the page says so"},
@@ -116,14 +120,15 @@ _PAGE_RESPONSES = {
 
 def build_page_router(rt: Runtime) -> APIRouter:
     router = APIRouter()
+    SearchRequest = request_models(rt.settings.limits, handlers.served_prompts(rt)).search
 
     # in the schema: ``/`` also takes POST (TEI's embed), and a 405 there lists both methods in ``Allow``
     @router.get("/", response_class=HTMLResponse, tags=["page"], responses=_PAGE_RESPONSES)
     async def search_page(request: Request, q: str = Query("", max_length=2000),
                           k: int = Query(10, ge=1, le=rt.settings.max_k)) -> HTMLResponse:
-        context, status = {"hits": [], "timing": None, "error": None}, 200
+        context, status = {"hits": [], "timing": None, "error": None, "explained": None}, 200
         if rt.index is not None and q.strip():
-            found, status = await _search(rt, request, q, k)
+            found, status = await _search(rt, request, SearchRequest, q, k)
             context.update(found)
         index = None if rt.index is None else {"name": rt.index.name, "documents": rt.index.count}
         response = _templates.TemplateResponse(request, "search_page.html", {

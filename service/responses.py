@@ -59,7 +59,8 @@ class Hit(BaseModel):
         "reciprocal-rank sum, zscore's mix, lexical + dense for lambda); absent for other kinds"))
     title: str | None = None
     text: str | None = None
-    explanation: Explanation | None = None
+    explanation: Explanation | None = Field(None, description=(
+        "with explain=true: matched terms and the score split (left out past max_explain_hits: see `explained`)"))
     fields: dict[str, Any] | None = Field(None, description="the payload fields asked for with `fields`")
 
 
@@ -69,10 +70,22 @@ class IndexSummary(BaseModel):
     kind: str
 
 
+class ExplainedHits(BaseModel):
+    hits: int = Field(description="hits with an `explanation`: the first ones in answer order (the first query's "
+                                  "hits by rank, then the next query's, ...)")
+    unexplained: int = Field(description="the hits after those, without an `explanation` (0 unless the answer "
+                                         "holds more than max_explain_hits hits)")
+    max_explain_hits: int = Field(description="the server's cap on explained hits per request (/info's limits)")
+
+
 class SearchResponse(BaseModel):
     results: list[Hit] | list[list[Hit]] = Field(description="hits for `query`, or one hit list per entry of `queries`")
     timing: SearchTiming
     index: IndexSummary
+    explained: ExplainedHits | None = Field(None, description=(
+        "with explain=true: which hits carry an explanation. At most max_explain_hits hits are explained per "
+        "request; when queries x k passes it the answer is still complete, and the hits past the cap come "
+        "without `explanation`"))
 
 
 class EncodeResponse(BaseModel):

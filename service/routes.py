@@ -59,8 +59,8 @@ def build_router(runtime: Runtime) -> APIRouter:
     @router.post("/encode", response_model=EncodeResponse, responses=_ERRORS, tags=["retrieval"])
     async def encode(request: Request, body: EncodeRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Vectors (and gates) of texts, as the index stores them (the dense part unscaled)."""
-        # serialized in Rust, skipping FastAPI's per-float re-validation: at 16 passages that walk cost
-        # ~25 ms of event-loop time per request and capped throughput under many clients
+        # serialized in Rust, skipping FastAPI's per-float re-validation: that walk held the event loop
+        # long enough to cap throughput under many clients (docs/performance.md, "What each change measured")
         options = handlers.request_text_options(runtime, body.role, body)
         return json_response(await handlers.encode(runtime, request, body.texts, body.role, options), request)
 

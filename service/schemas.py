@@ -21,6 +21,7 @@ from densehybrid.encoder.choices import Direction, Role
 from densehybrid.encoder.prompts import PASSAGE_NAME, Prompts
 from densehybrid.index.search.fusion import DEFAULT_RRF_K, FusionMethod
 from densehybrid.service import filter_schema
+from densehybrid.service.json_types import json_number
 from densehybrid.service.settings import Limits
 
 # A text must contain something besides whitespace; over-long texts are truncated, not rejected.
@@ -29,13 +30,6 @@ from densehybrid.service.settings import Limits
 WHITESPACE = r"\t-\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 Text = Annotated[str, StringConstraints(min_length=1, pattern=f"[^{WHITESPACE}]")]
 DocId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-
-
-def json_number(value):
-    # JSON's numbers only: 3.0 is an integer in JSON Schema, but true and "3" are not numbers
-    if isinstance(value, (bool, str)):
-        raise ValueError("must be a JSON number")
-    return value
 
 
 JsonInt = Annotated[int, BeforeValidator(json_number)]
@@ -184,14 +178,13 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
         truncate: JsonBool | None = truncate_field()
         truncation_direction: Direction = direction_field()
         prompt_name: SearchPromptName = Field(None, description=SEARCH_PROMPT_HELP)
-        filter: fields_of.filter | None = Field(
+        filter: fields_of.filter = Field(
             None, description=filter_schema.DESCRIPTION,
             json_schema_extra={"examples": filter_schema.examples(field_types or {})} if field_types else None)
         fields: Annotated[list[fields_of.names], Field(max_length=fields_of.max_names)] | None = Field(
             None, description="payload fields to return with each hit, as `fields: {name: value}` (absent "
                               "values left out); /info lists them", examples=[list(field_types or {})[:2]])
 
-        _bounded_filter = field_validator("filter", mode="before")(filter_schema.prechecked(field_types or {}))
         _known_fields = field_validator("fields", mode="before")(filter_schema.known_names(field_types or {}))
 
         @model_validator(mode="after")

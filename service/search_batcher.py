@@ -3,21 +3,21 @@
 Faiss answers a batch of queries far faster than the same queries one by one
 (one BLAS matrix product instead of one scan per query). Searches run on the
 runtime's search threads; whenever a thread becomes free it takes *every*
-search waiting at that moment, groups them by their parameters (k, first
-stage, candidates, θ, rerank, λ) and runs one ``Searcher.search`` per group.
+search waiting at that moment, groups them by their :class:`SearchParams`
+(``index.search.params``: equal parameters, filter included) and runs one
+search of the served index per group.
 Nothing waits on purpose: a lone request is searched at once, and requests
 that arrive while a search runs share the next one. A failing group fails
 only its own requests.
 
 :meth:`SearchBatcher.submit` may be called from any thread (the encoder
 worker hands each encoded query on directly) and may bring the request's
-future, already running, and a ``finish`` step that shapes the answer on the
-search thread before the future resolves.
+future, already running, and its next stage (``then``), which shapes the answer
+on the search thread before the future resolves.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -25,25 +25,22 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from densehybrid.encoder.base import Encoded
+from densehybrid.index.search.params import SearchParams
+from densehybrid.index.search.served import SearchResults
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SearchParams:
-    k: int
-    first_stage: str
-    candidates: int
-    theta: float
-    rerank: bool
-    lam: float | None
-    method: str | None = None
-    offset: int = 0
-    rrf_k: float | None = None
-    filter: object | None = None  # an index.filters node (hashable: equal filters search together)
+class Searchable(Protocol):
+    """What the batcher searches: the served index (or, in tools and tests, a bare searcher)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def search(self, queries: Encoded, params: SearchParams) -> SearchResults: ...
 
 
 @dataclass(frozen=True)
@@ -70,19 +67,19 @@ GroupObserver = Callable[[str, int, float, "float | None"], None]
 class _Search:
     queries: Encoded
     future: Future
-    finish: Callable[[SearchOutcome], Any] | None
+    then: Callable[[SearchOutcome], Any] | None
 
 
 def _resolve(job: _Search, outcome: SearchOutcome) -> None:
     try:
-        job.future.set_result(outcome if job.finish is None else job.finish(outcome))
-    except Exception as exc:  # noqa: BLE001 - a failing finish fails its own request only
+        job.future.set_result(outcome if job.then is None else job.then(outcome))
+    except Exception as exc:  # noqa: BLE001 - a failing next stage fails its own request only
         if not job.future.done():
             job.future.set_exception(exc)
 
 
 class SearchBatcher:
-    def __init__(self, searcher, executor: Executor, on_group: GroupObserver | None = None):
+    def __init__(self, searcher: Searchable, executor: Executor, on_group: GroupObserver | None = None):
         self.searcher = searcher
         self.on_group = on_group or (lambda first_stage, queries, search_s, rerank_s: None)
         self.executor = executor
@@ -92,9 +89,9 @@ class SearchBatcher:
         self._held = 0
 
     def submit(self, queries: Encoded, params: SearchParams, *, future: Future | None = None,
-               finish: Callable[[SearchOutcome], Any] | None = None) -> Future:
-        """Queue one search; the future resolves to its :class:`SearchOutcome`, or to ``finish`` of it."""
-        job = _Search(queries, future if future is not None else Future(), finish)
+               then: Callable[[SearchOutcome], Any] | None = None) -> Future:
+        """Queue one search; the future resolves to its :class:`SearchOutcome`, or to ``then`` of it."""
+        job = _Search(queries, future if future is not None else Future(), then)
         with self._lock:
             self._pending.setdefault(params, []).append(job)
             start_drain = self._claim_drain()
@@ -139,9 +136,6 @@ class SearchBatcher:
                 if not job.future.done():
                     job.future.set_exception(exc)
 
-    async def search(self, queries: Encoded, params: SearchParams) -> SearchOutcome:
-        return await asyncio.wrap_future(self.submit(queries, params))
-
     def _drain(self) -> None:
         with self._lock:
             groups, self._pending, self._scheduled = self._pending, {}, False
@@ -163,11 +157,7 @@ class SearchBatcher:
 
     def _search_group(self, params: SearchParams, jobs: list[_Search]) -> None:
         started = time.perf_counter()
-        found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
-                                     first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
-                                     rerank=params.rerank, lam=params.lam, method=params.method,
-                                     offset=params.offset, rrf_k=params.rrf_k,
-                                     **({} if params.filter is None else {"filter": params.filter}))
+        found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), params)
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))
         self.on_group(params.first_stage, total, search_ms / 1000, rerank_ms / 1000 if rerank_ms else None)
@@ -177,5 +167,5 @@ class SearchBatcher:
             parts = [None if p is None else p[rows] for p in (found.lexical_scores, found.dense_scores)]
             _resolve(job, SearchOutcome(found.ids[rows], found.scores[rows], found.rows[rows], search_ms, rerank_ms,
                                         total, started, *parts,
-                                        selectivity=getattr(found, "selectivity", None)))
+                                        selectivity=found.selectivity))
             offset += len(job.queries)

@@ -32,8 +32,8 @@ def serve(settings: ServiceSettings, *, graceful_timeout_s: float = 30.0) -> Non
     encoder, index = load_components(settings)  # StartupError: the caller prints it and exits
     app = create_app(settings, encoder=encoder, index=index)
     # torch, transformers, the model and the index live as long as the process: moved out of the cyclic
-    # collector's reach, so that a full collection under load does not walk them (query p99
-    # at 32 clients ~385 -> ~125 ms in one run on the 2-core CPU machine)
+    # collector's reach, so that a full collection under load does not walk them and stall queries
+    # (docs/performance.md, "What each change measured")
     gc.collect()
     gc.freeze()
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,

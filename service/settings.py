@@ -66,12 +66,12 @@ class ServiceSettings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")
 
     # encoder worker (docs/configuration.md)
-    # 64: at 128 one-query clients, batches of 32 lost 5-10% of the throughput of 64 clients; batches
-    # of 64 did not (docs/performance.md; one run each on the 2-core CPU machine)
+    # 64: smaller batches lost throughput under many one-query clients; 64 did not
+    # (docs/performance.md, "What each change measured")
     max_batch_size: int = Field(64, ge=1, le=4096, description="texts per encoder forward")
     max_batch_tokens: int = Field(16384, ge=1, description="padded tokens (texts x longest) per forward")
     # 0: batches still form while a forward runs (requests queue behind it); a wait only delays lone
-    # requests (docs/performance.md: one client 145 -> 292 req/s on the CPU, 32 clients unchanged)
+    # requests (docs/performance.md, "What each change measured")
     max_wait_ms: float = Field(0.0, ge=0, le=1000, description="how long the worker waits to fill a batch")
     queue_size: int = Field(1024, ge=1, description="texts waiting for the encoder before 429")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")

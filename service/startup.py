@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from densehybrid.encoder.base import Encoder
+from densehybrid.index.search.params import SearchParams
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.health import Health
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.pipeline import Pipeline
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.search_batcher import SearchBatcher, SearchParams
+from densehybrid.service.search_batcher import SearchBatcher
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.tracing import TracingUnavailable, configure as configure_tracing
 from densehybrid.service.write_pacing import WritePacer
@@ -195,7 +196,7 @@ def warm_up(rt: Runtime) -> None:
 
 
 def _warm_search(rt: Runtime):
-    params = SearchParams(min(10, rt.index.count), "ip", min(100, rt.index.count), 0.1, True, None)
+    params = SearchParams(k=min(10, rt.index.count), candidates=min(100, rt.index.count))
 
     def then(outcome, future):
         rt.search_batcher.submit(outcome.encoded, params, future=future)

@@ -105,9 +105,9 @@ class RequestTrace:
         self.stage("encode", forward, forward + outcome.encode_ms / 1000,
                    **{"densehybrid.role": role, "densehybrid.batch.texts": outcome.batch_texts})
 
-    def searched(self, found, params, index) -> None:
-        """``first_stage`` and ``rerank`` of the (possibly shared) search call of ``index``."""
-        index_name, hits = getattr(index, "name", None), sum(map(len, found.ids))
+    def searched(self, found, params, index_name: str) -> None:
+        """``first_stage`` and ``rerank`` of the (possibly shared) search call of the index ``index_name``."""
+        hits = sum(map(len, found.ids))
         end = found.started + found.search_ms / 1000
         self.stage("first_stage", found.started, end, **_present({
             "densehybrid.index": index_name, "densehybrid.first_stage": params.first_stage, "densehybrid.k": params.k,

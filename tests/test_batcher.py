@@ -198,17 +198,17 @@ def blocked_worker(encoder):
     return gate, inside, order
 
 
-@pytest.mark.parametrize("aged", [False, True])
-def test_queued_searches_go_before_background_writes_until_a_write_has_waited_too_long(aged):
+def test_writes_and_searches_are_encoded_in_arrival_order():
+    """Writes make room for searches before they queue (service.write_pacing): the worker takes jobs in
+    arrival order, batching the queued jobs of one role together."""
     encoder = FakeEncoder("dhr")
     gate, inside, order = blocked_worker(encoder)
-    batcher, _ = make(encoder, max_wait_s=0.0, max_background_wait_s=0.0 if aged else 30.0)
+    batcher, _ = make(encoder, max_wait_s=0.0)
     word = {name: encoder.tokenize([name], "query")[0].ids["hash"][1] for name in ("first", "w1", "w2", "q1", "q2")}
     try:
         futures = [batcher.submit(encoder.tokenize(["first"], "query"), "query")]
         assert inside.wait(10)
-        futures += [batcher.submit(encoder.tokenize([name], "passage"), "passage", background=True)
-                    for name in ("w1", "w2")]
+        futures += [batcher.submit(encoder.tokenize([name], "passage"), "passage") for name in ("w1", "w2")]
         futures += [batcher.submit(encoder.tokenize([name], "query"), "query") for name in ("q1", "q2")]
         gate.set()
         for f in futures:
@@ -217,5 +217,4 @@ def test_queued_searches_go_before_background_writes_until_a_write_has_waited_to
         batcher.stop()
     names = {v: k for k, v in word.items()}
     got = [[names[w] for w in batch] for batch in order]
-    # waiting writes of the same role batch together; searches batch together, ahead of them unless they aged
-    assert got == ([["first"], ["w1", "w2"], ["q1", "q2"]] if aged else [["first"], ["q1", "q2"], ["w1", "w2"]])
+    assert got == [["first"], ["w1", "w2"], ["q1", "q2"]]

@@ -48,9 +48,13 @@ def test_quick_run_measures_every_encoder_variant_on_both_backends(quick_results
     for backend in ("torch", "onnx"):
         for length in ("len12", "len32"):
             row = latency[backend][length]
-            assert set(row) == {"cls", "aggretriever", "aggretriever_skip_mlm", "dhr"}
+            references = {"bare_backbone", "bare_masked_lm"} if backend == "torch" else set()
+            assert set(row) == {"cls", "aggretriever", "aggretriever_skip_mlm", "dhr"} | references
             assert row["cls"]["ratio_to_cls_p50"] == 1.0
             assert all(t["n"] == 3 and t["p50"] <= t["p99"] for t in row.values())
+        texts = latency[backend]["text_with_tokenize"]
+        assert set(texts) == {"cls", "aggretriever", "aggretriever_skip_mlm", "dhr"}
+        assert all(t["n"] == 3 and t["p50"] <= t["p99"] for t in texts.values())
     for row in (v for v in quick_results["encoder"]["passage_throughput"].values() if isinstance(v, dict)):
         assert {"bare_transformers_pps", "torch_pps", "onnx_pps", "torch_over_bare", "onnx_over_bare"} <= set(row)
 

@@ -17,6 +17,7 @@ from densehybrid.index.building import shards
 from densehybrid.index.building.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 
 import support
@@ -50,7 +51,7 @@ def test_round_trip_fake_encoder(tmp_path):
     np.testing.assert_allclose(index.values, want.values.astype(np.float16))
     np.testing.assert_array_equal(index.gates, want.gates)
     # a passage's own text as query finds the passage first
-    hits = Searcher(index).search(encoder.encode([docs[9].text], "query"), k=3)
+    hits = Searcher(index).search(encoder.encode([docs[9].text], "query"), SearchParams(k=3))
     assert hits.ids[0][0] == "p9"
 
 
@@ -81,6 +82,7 @@ BUILD_SCRIPT = """
 import sys
 from support.fake_encoder import FakeEncoder
 from densehybrid.index.building.build import BuildOptions, build_index
+from densehybrid.index.search.params import SearchParams
 build_index(FakeEncoder("fusion", delay_s=0.05), sys.argv[1], sys.argv[2],
             BuildOptions(batch_size=4, shard_size=8, progress=False, name="same", resume=True))
 """

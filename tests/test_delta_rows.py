@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from densehybrid.index.writes import delta as D
+from densehybrid.index.writes import delta as D, merged
 from densehybrid.index.search import gip
 from densehybrid.index.storage.documents import Document
 
@@ -117,7 +117,7 @@ def test_top_by_score_equals_a_full_sort_ties_included(seed, q, n, k, levels):
     rng = np.random.default_rng(seed)
     scores = rng.integers(0, levels, (q, n)).astype(np.float32)  # few levels: many ties at the cut
     rows = np.stack([rng.permutation(n) + 5 for _ in range(q)]).astype(np.int64)
-    got = D.top_by_score(scores, rows, k)
+    got = merged.top_by_score(scores, rows, k)
     want = gip.sort_by_score(scores, rows, k)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])

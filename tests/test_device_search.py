@@ -12,6 +12,7 @@ import torch
 from densehybrid.index.search import gip
 from densehybrid.index.engines.torch_engine import TorchFlatIndex, search_devices
 from densehybrid.index.search.searcher import Searcher, SearchError, resolve_search_device
+from densehybrid.index.search.params import SearchParams
 from test_gip import numpy_gip, random_rows
 from test_search import make_index, queries_for
 
@@ -76,8 +77,8 @@ def test_rerank_equals_the_cpu_gip(gated):
 def test_torch_engine_gives_the_faiss_searchers_answers(tmp_path, kind):
     index = make_index(tmp_path, kind, n=400)
     queries = queries_for(index, 5)
-    faiss_found = Searcher(index).search(queries, k=10, candidates=200, lam=2.0)
-    torch_found = Searcher(index, engine="torch").search(queries, k=10, candidates=200, lam=2.0)
+    faiss_found = Searcher(index).search(queries, SearchParams(k=10, candidates=200, lam=2.0))
+    torch_found = Searcher(index, engine="torch").search(queries, SearchParams(k=10, candidates=200, lam=2.0))
     assert torch_found.rows == faiss_found.rows
     np.testing.assert_allclose(torch_found.scores, faiss_found.scores, rtol=1e-3, atol=1e-3)
 
@@ -85,7 +86,7 @@ def test_torch_engine_gives_the_faiss_searchers_answers(tmp_path, kind):
 def test_two_stage_with_k1_n_equals_exhaustive_on_the_torch_engine(tmp_path):
     index = make_index(tmp_path, "dhr", n=300)
     queries = queries_for(index, 3)
-    found = Searcher(index, engine="torch").search(queries, k=20, candidates=300, lam=1.0)
+    found = Searcher(index, engine="torch").search(queries, SearchParams(k=20, candidates=300, lam=1.0))
     exhaustive = gip.exhaustive(queries.values, queries.gates, index.values, index.gates)
     want_scores, want_rows = gip.sort_by_score(exhaustive, np.tile(np.arange(300), (3, 1)), 20)
     assert found.rows == want_rows.tolist()
@@ -137,8 +138,8 @@ def test_gpu_first_stage_returns_the_cpu_ids(k, dtype):
 def test_gpu_searcher_matches_the_cpu_searcher(tmp_path):
     index = make_index(tmp_path, "fusion", n=2000)
     queries = queries_for(index, 8)
-    cpu = Searcher(index).search(queries, k=10, candidates=100)
-    gpu = Searcher(index, device="cuda").search(queries, k=10, candidates=100)
+    cpu = Searcher(index).search(queries, SearchParams(k=10, candidates=100))
+    gpu = Searcher(index, device="cuda").search(queries, SearchParams(k=10, candidates=100))
     assert gpu.rows == cpu.rows  # the rerank is exact on both; only the candidate sets could differ
 
 

@@ -20,7 +20,7 @@ from densehybrid.encoder.encoders import FusionEncoder, TransformerEncoder
 from densehybrid.encoder.errors import DeviceError, ModelDirError
 from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, load_head
 from densehybrid.encoder.loading import load_encoder, save_encoder
-from densehybrid.encoder.device import autocast, pick_device, set_cpu_threads
+from densehybrid.encoder.device import autocast, pick_device
 from densehybrid.encoder.tokenization import length_chunks
 
 V = 30522
@@ -368,19 +368,6 @@ def test_device_choice():
             pick_device("cuda")
     with autocast(torch.device("cpu")):
         assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.float32
-
-
-def test_cpu_threads():
-    before = torch.get_num_threads()
-    try:
-        set_cpu_threads(1)
-        assert torch.get_num_threads() == 1
-        set_cpu_threads(None)
-        assert torch.get_num_threads() == 1
-        with pytest.raises(ValueError):
-            set_cpu_threads(0)
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.gpu

@@ -17,6 +17,7 @@ from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.storage.payload import Payload, PayloadError, load_payload
 from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.params import SearchParams
 from test_gip import random_rows
 
 # -- the row mask -------------------------------------------------------------------------
@@ -163,6 +164,7 @@ def test_integer_range_with_fractional_and_huge_bounds():
     ({"field": "kw", "exists": False}, "kw", "exists"),
     ({"and": []}, "filter", "non-empty"),
     ({"field": "n", "eq": 1, "in": [1]}, "filter", "one of"),
+    ({"field": "kw", "in": ["k" * 1025]}, "kw", "at most 1024"),
 ])
 def test_filters_that_do_not_fit_the_schema_name_the_field(raw, field, words):
     with pytest.raises(filters.FilterError) as caught:
@@ -279,7 +281,7 @@ def test_filtered_search_equals_brute_force_over_the_kept_rows(dhr_index, engine
         assert len(kept) == cut
         flt = filters.parse({"field": "rank", "range": {"lt": cut}}, index.field_types)
         for rerank, candidates in ((False, 100), (True, 100)):
-            found = searcher.search(queries, k=10, candidates=candidates, rerank=rerank, filter=flt)
+            found = searcher.search(queries, SearchParams(k=10, candidates=candidates, rerank=rerank, filter=flt))
             assert found.rows == brute_force(xq, gq, values, gates, kept, 10, candidates, rerank), (share, rerank)
             assert found.selectivity == pytest.approx(share)
             assert all(set(r) <= set(kept.tolist()) for r in found.rows)
@@ -293,7 +295,8 @@ def test_filtered_approx_gip_equals_approx_gip_over_the_kept_rows(dhr_index):
     for share in (0.001, 0.1):
         kept = np.flatnonzero(rank < int(share * N))
         flt = filters.parse({"field": "rank", "range": {"lt": int(share * N)}}, index.field_types)
-        found = Searcher(index).search(Encoded(xq, gq), k=10, first_stage="approx_gip", rerank=False, filter=flt)
+        found = Searcher(index).search(Encoded(xq, gq),
+                                       SearchParams(k=10, first_stage="approx_gip", rerank=False, filter=flt))
         _, local = gip.approx_topk(xq, gq, values[kept], gates[kept], 0.1, 10)
         assert found.rows == [kept[r].tolist() for r in local]
 
@@ -302,7 +305,7 @@ def test_filter_smaller_than_the_first_stage_depth_returns_those_rows_reranked(d
     index, values, gates, rank = dhr_index
     xq, gq = random_rows(2, index.spec.dim, index.spec.gated_dim, seed=8, dtype=np.float32)
     flt = filters.parse({"field": "rank", "range": {"lt": 7}}, index.field_types)
-    found = Searcher(index).search(Encoded(xq, gq), k=50, candidates=1000, filter=flt)
+    found = Searcher(index).search(Encoded(xq, gq), SearchParams(k=50, candidates=1000, filter=flt))
     kept = np.flatnonzero(rank < 7)
     exact = gip.exhaustive(xq, gq, values, gates)
     for q in range(2):
@@ -315,7 +318,7 @@ def test_normalised_fusion_candidates_come_from_the_kept_rows(tmp_path, method):
     xq, gq = random_rows(2, index.spec.dim, index.spec.gated_dim, seed=9, dtype=np.float32)
     cut = 300  # fewer rows than candidates: the union of both parts is every kept row
     flt = filters.parse({"field": "rank", "range": {"lt": cut}}, index.field_types)
-    found = Searcher(index).search(Encoded(xq, gq), k=10, candidates=500, method=method, filter=flt)
+    found = Searcher(index).search(Encoded(xq, gq), SearchParams(k=10, candidates=500, method=method, filter=flt))
     kept = np.flatnonzero(rank < cut)
     rows = np.broadcast_to(kept, (2, len(kept))).copy()
     lexical_q, dense_q = fusion.split_query(xq, index.spec.gated_dim)
@@ -332,10 +335,10 @@ def test_keyword_list_filter_and_an_empty_match(dhr_index):
     flt = filters.parse({"and": [{"field": "tags", "eq": "a"}, {"not": {"field": "tags", "in": ["b", "c"]}}]},
                         index.field_types)
     kept = np.flatnonzero(filters.evaluate(flt, index.payload))
-    found = Searcher(index).search(Encoded(xq, gq), k=10, rerank=False, filter=flt)
+    found = Searcher(index).search(Encoded(xq, gq), SearchParams(k=10, rerank=False, filter=flt))
     assert found.rows == brute_force(xq, gq, values, gates, kept, 10, 10, False)
     nothing = filters.parse({"field": "tags", "eq": "zzz"}, index.field_types)
-    empty = Searcher(index).search(Encoded(xq, gq), k=10, filter=nothing)
+    empty = Searcher(index).search(Encoded(xq, gq), SearchParams(k=10, filter=nothing))
     assert empty.rows == [[]] and empty.ids == [[]] and empty.selectivity == 0.0
 
 
@@ -345,7 +348,7 @@ def test_filtered_pq_search_equals_brute_force_over_the_decoded_kept_rows(tmp_pa
     xq, _ = random_rows(3, index.spec.dim, 0, seed=12, dtype=np.float32)
     for cut in (2, 200, 2000):
         flt = filters.parse({"field": "rank", "range": {"lt": cut}}, index.field_types)
-        found = Searcher(index).search(Encoded(xq, None), k=10, filter=flt)
+        found = Searcher(index).search(Encoded(xq, None), SearchParams(k=10, filter=flt))
         kept = np.flatnonzero(rank < cut)
         want = [top_of(decoded[kept] @ x, kept, 10) for x in xq]
         if cut == 2000:  # no filter left: Faiss's own PQ search, whose float sums may order (near-)ties apart
@@ -404,7 +407,7 @@ def test_documents_written_live_carry_fields_through_the_log_and_compaction(tmp_
     def check(live_index):
         for raw in cases:
             flt = filters.parse(raw, live_index.field_types)
-            found = live_index.search(Encoded(xq, None), k=10, rerank=False, filter=flt)
+            found = live_index.search(Encoded(xq, None), SearchParams(k=10, rerank=False, filter=flt))
             assert found.ids == live_brute_force(live_index, xq, flt, 10), raw
             assert found.selectivity is not None
 
@@ -424,8 +427,8 @@ def test_documents_written_live_carry_fields_through_the_log_and_compaction(tmp_
     assert compacted._state.delta.empty
     for raw in cases:
         flt = filters.parse(raw, folded.field_types)
-        got = compacted.search(Encoded(xq, None), k=10, rerank=False, filter=flt).ids
-        assert got == reopened.search(Encoded(xq, None), k=10, rerank=False, filter=flt).ids
+        got = compacted.search(Encoded(xq, None), SearchParams(k=10, rerank=False, filter=flt)).ids
+        assert got == reopened.search(Encoded(xq, None), SearchParams(k=10, rerank=False, filter=flt)).ids
 
 
 # -- on a CUDA machine (skipped here; the torch engine's CPU twin is tested above) --------------------
@@ -437,7 +440,7 @@ def test_gpu_filtered_search_equals_brute_force(dhr_index):
     for share in SELECTIVITIES:
         cut = int(share * N)
         flt = filters.parse({"field": "rank", "range": {"lt": cut}}, index.field_types)
-        found = searcher.search(Encoded(xq, gq), k=10, candidates=100, filter=flt)
+        found = searcher.search(Encoded(xq, gq), SearchParams(k=10, candidates=100, filter=flt))
         assert found.rows == brute_force(xq, gq, values, gates, np.flatnonzero(rank < cut), 10, 100, True), share
 
 
@@ -485,12 +488,13 @@ def test_a_filtered_page_is_the_page_of_an_index_of_the_kept_rows_alone(tmp_path
     queries = Encoded(*random_rows(2, index.spec.dim, index.spec.gated_dim, seed=11, dtype=np.float32))
     filtered, reference = Searcher(index, engine=engine), Searcher(alone, engine=engine)
     for offset, k in ((0, 20), (0, 10), (10, 10)):
-        got = filtered.search(queries, k=k, offset=offset, candidates=100, method=method, filter=flt)
-        want = reference.search(queries, k=k, offset=offset, candidates=100, method=method)
+        got = filtered.search(queries, SearchParams(k=k, offset=offset, candidates=100, method=method, filter=flt))
+        want = reference.search(queries, SearchParams(k=k, offset=offset, candidates=100, method=method))
         assert got.rows == [kept[r].tolist() for r in want.rows], (offset, k)
         np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got.lexical_scores, want.lexical_scores, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got.dense_scores, want.dense_scores, rtol=1e-5, atol=1e-6)
-    first = filtered.search(queries, k=20, candidates=100, method=method, filter=flt)
-    pages = [filtered.search(queries, k=10, offset=o, candidates=100, method=method, filter=flt) for o in (0, 10)]
+    first = filtered.search(queries, SearchParams(k=20, candidates=100, method=method, filter=flt))
+    pages = [filtered.search(queries,
+                             SearchParams(k=10, offset=o, candidates=100, method=method, filter=flt)) for o in (0, 10)]
     assert first.rows == [a + b for a, b in zip(pages[0].rows, pages[1].rows)]

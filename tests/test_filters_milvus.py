@@ -6,8 +6,9 @@ import pytest
 
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.search import filters
-from densehybrid.index.storage import milvus
+from densehybrid.index.storage import milvus, milvus_export
 from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.params import SearchParams
 from test_filters import N, SELECTIVITIES, brute_force, synthetic_index
 from test_gip import random_rows
 
@@ -27,7 +28,7 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("milvus-filters")
     index, values, gates, rank = synthetic_index(root, "dhr")
     uri = str(root / "lite.db")
-    milvus.export_index(index, uri, "filtered", batch_size=5000)
+    milvus_export.export_index(index, uri, "filtered", batch_size=5000)
     return index, milvus.open_collection(uri, "filtered"), values, gates, rank
 
 
@@ -41,7 +42,7 @@ def test_collection_filtered_search_equals_brute_force(exported):
         kept = np.flatnonzero(rank < cut)
         flt = filters.parse({"field": "rank", "range": {"lt": cut}}, collection.field_types)
         for rerank in (False, True):
-            found = remote.search(Encoded(xq, gq), k=10, candidates=100, rerank=rerank, filter=flt)
+            found = remote.search(Encoded(xq, gq), SearchParams(k=10, candidates=100, rerank=rerank, filter=flt))
             assert found.rows == brute_force(xq, gq, values, gates, kept, 10, 100, rerank), (share, rerank)
             assert found.selectivity == pytest.approx(share)
 
@@ -57,8 +58,8 @@ def test_collection_keyword_list_filters_and_fields_equal_the_local_index(export
                 {"field": "rank", "in": [-2**70, 17, 2**64]}, {"field": "rank", "eq": 2**70},
                 {"field": "rank", "range": {"lt": 2**70, "gte": 10}}, {"not": {"field": "rank", "range": {"lt": -2**70}}}):
         flt = filters.parse(raw, index.field_types)
-        local = Searcher(index).search(Encoded(xq, gq), k=10, candidates=200, filter=flt)
-        remote = Searcher(collection).search(Encoded(xq, gq), k=10, candidates=200, filter=flt)
+        local = Searcher(index).search(Encoded(xq, gq), SearchParams(k=10, candidates=200, filter=flt))
+        remote = Searcher(collection).search(Encoded(xq, gq), SearchParams(k=10, candidates=200, filter=flt))
         assert remote.rows == local.rows, raw
         assert remote.selectivity == pytest.approx(local.selectivity)
     rows = [0, 5, 17, 19_999]

@@ -13,6 +13,7 @@ from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder
 from support.metrics import scrape
@@ -71,7 +72,8 @@ def test_filtered_hits_are_the_in_process_filtered_search(client, index_dir, raw
     hits = response.json()["results"]
     index = load_index(index_dir)
     node = filters.parse(raw, index.field_types)
-    want = Searcher(index).search(FakeEncoder("dhr").encode(["retrieval ranking"], "query"), k=20, filter=node)
+    want = Searcher(index).search(FakeEncoder("dhr").encode(["retrieval ranking"], "query"),
+                                  SearchParams(k=20, filter=node))
     assert [h["id"] for h in hits] == want.ids[0] and hits
     kept = filters.evaluate(node, index.payload)
     for hit in hits:
@@ -113,6 +115,31 @@ def test_deep_filters_are_refused_before_validation(client):
         deep = {"not": deep}
     response = search(client, filter=deep)
     assert response.status_code == 422 and "deeper" in response.json()["error"]["message"]
+
+
+def test_the_request_model_parses_the_filter_once_and_holds_its_node(monkeypatch):
+    from densehybrid.service.schemas import request_models
+
+    types = {"topic": "keyword", "year": "integer"}
+    raw = {"and": [{"field": "topic", "eq": "ranking"}, {"not": {"field": "year", "range": {"gte": 2010}}}]}
+    parse, calls = filters.parse, []
+    monkeypatch.setattr(filters, "parse", lambda value, schema: calls.append(value) or parse(value, schema))
+    body = request_models(ServiceSettings().limits, field_types=types).search(query="q", filter=raw, fields=["year"])
+    assert calls == [raw]  # the grammar ran once, and what the handler gets is its node
+    assert isinstance(body.filter, filters.And) and body.filter == parse(raw, types)
+
+
+def test_written_fields_are_kept_as_the_request_model_validated_them():
+    from densehybrid.service.documents import document_fields
+    from densehybrid.service.schemas import documents_request_model
+
+    types = {"tags": "keyword_list", "score": "float", "year": "integer"}
+    body = documents_request_model(ServiceSettings().limits, types)(documents=[
+        {"id": "a", "text": "x", "fields": {"tags": [], "score": 3, "year": None}},
+        {"id": "b", "text": "y", "fields": {"tags": []}}])
+    kept = document_fields(body.documents[0].fields)
+    assert kept == {"score": 3.0} and isinstance(kept["score"], float)  # an empty list is no value, as in a build
+    assert document_fields(body.documents[1].fields) is None
 
 
 def test_filtered_searches_are_counted_with_their_selectivity(client):

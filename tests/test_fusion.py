@@ -6,6 +6,7 @@ import pytest
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.search import fusion, gip
 from densehybrid.index.search.searcher import Searcher, SearchError
+from densehybrid.index.search.params import SearchParams
 from test_search import make_index, queries_for
 
 
@@ -149,7 +150,7 @@ def numpy_zscore_topk(lexical, dense, k, weight=0.5):
 def test_searcher_zscore_with_all_candidates_equals_numpy_over_every_row(tmp_path, kind):
     index = make_index(tmp_path, kind, lam=3.0)
     queries = queries_for(index, 5)
-    got = Searcher(index).search(queries, k=40, candidates=index.count, method="zscore")
+    got = Searcher(index).search(queries, SearchParams(k=40, candidates=index.count, method="zscore"))
     lexical, dense = exhaustive_parts(index, queries)
     want_scores, want_rows = numpy_zscore_topk(lexical, dense, 40)
     np.testing.assert_array_equal(np.array(got.rows), want_rows)
@@ -159,7 +160,7 @@ def test_searcher_zscore_with_all_candidates_equals_numpy_over_every_row(tmp_pat
 def test_searcher_adaptive_with_all_candidates_equals_numpy_over_every_row(tmp_path):
     index = make_index(tmp_path, "fusion", lam=3.0)
     queries = queries_for(index, 5)
-    got = Searcher(index).search(queries, k=40, candidates=index.count, method="adaptive")
+    got = Searcher(index).search(queries, SearchParams(k=40, candidates=index.count, method="adaptive"))
     lexical, dense = exhaustive_parts(index, queries)
     c = [[slow_head_confidence(part[i], 10, 100) for part in (lexical, dense)] for i in range(len(lexical))]
     weight = np.array([cd / (cl + cd) for cl, cd in c])
@@ -184,12 +185,13 @@ def test_fused_candidates_contain_each_parts_candidates_so_recall_is_at_least_th
     lexical, dense = exhaustive_parts(index, queries)
     relevant = [set(np.argsort(-(z_l + z_d))[:5]) for z_l, z_d in zip(lexical / lexical.std(1, keepdims=True),
                                                                         dense / dense.std(1, keepdims=True))]
-    parts = {m: searcher.search(queries, k=depth, candidates=depth, method=m).rows for m in ("lexical", "dense")}
-    raw_sum = searcher.search(queries, k=depth, candidates=depth, method="lambda").rows
+    parts = {m: searcher.search(queries,
+                                SearchParams(k=depth, candidates=depth, method=m)).rows for m in ("lexical", "dense")}
+    raw_sum = searcher.search(queries, SearchParams(k=depth, candidates=depth, method="lambda")).rows
     mixed = []  # the candidate rows the fusion scores, as the store is asked for them
     part_scores = searcher.store.part_scores
     searcher.store.part_scores = lambda xq, gq, rows: mixed.append(rows.copy()) or part_scores(xq, gq, rows)
-    searcher.search(queries, k=10, candidates=depth, method=method)
+    searcher.search(queries, SearchParams(k=10, candidates=depth, method=method))
     fused = [[r for r in rows if r >= 0] for rows in mixed[0]]
     for i in range(len(fused)):
         assert set(parts["lexical"][i]) | set(parts["dense"][i]) == set(fused[i])
@@ -202,11 +204,12 @@ def test_searcher_ranking_ignores_lambda_and_the_lexical_scale_under_normalised_
     index = make_index(tmp_path, "fusion", lam=1.0)
     queries = queries_for(index, 5)
     searcher = Searcher(index)
-    base = searcher.search(queries, k=30, candidates=index.count, method="zscore")
-    with_lambda = searcher.search(queries, k=30, candidates=index.count, method="zscore", lam=40.0)
+    base = searcher.search(queries, SearchParams(k=30, candidates=index.count, method="zscore"))
+    with_lambda = searcher.search(queries, SearchParams(k=30, candidates=index.count, method="zscore", lam=40.0))
     louder = queries.values.copy()
     louder[:, :index.spec.gated_dim] *= 9.0
-    louder_lexical = searcher.search(Encoded(louder, queries.gates), k=30, candidates=index.count, method="zscore")
+    louder_lexical = searcher.search(Encoded(louder, queries.gates),
+                                     SearchParams(k=30, candidates=index.count, method="zscore"))
     assert with_lambda.rows == base.rows and louder_lexical.rows == base.rows
     np.testing.assert_allclose(with_lambda.scores, base.scores, rtol=1e-4, atol=1e-4)
 
@@ -215,7 +218,7 @@ def test_searcher_ranking_ignores_lambda_and_the_lexical_scale_under_normalised_
 def test_one_part_methods_rank_by_that_part_alone(tmp_path, method):
     index = make_index(tmp_path, "fusion", lam=2.0)
     queries = queries_for(index, 4)
-    got = Searcher(index).search(queries, k=25, candidates=index.count, method=method)
+    got = Searcher(index).search(queries, SearchParams(k=25, candidates=index.count, method=method))
     lexical, dense = exhaustive_parts(index, queries)
     part = lexical if method == "lexical" else dense
     order = np.lexsort((np.arange(part.shape[1])[None, :].repeat(part.shape[0], 0), -part), axis=-1)[:, :25]
@@ -232,9 +235,9 @@ def test_method_defaults_follow_the_index_and_a_request_lambda(tmp_path):
     assert searcher.fusion_method(None, 5.0) == "lambda"  # a per-request λ keeps its raw-sum meaning
     assert searcher.fusion_method("minmax", 5.0) == "minmax"
     with pytest.raises(SearchError, match="unknown fusion method"):
-        searcher.search(queries_for(index, 1), method="borda")
+        searcher.search(queries_for(index, 1), SearchParams(method="borda"))
     with pytest.raises(SearchError, match="dense weight"):
-        searcher.search(queries_for(index, 1), method="zscore", dense_weight=-0.1)
+        searcher.search(queries_for(index, 1), SearchParams(method="zscore", dense_weight=-0.1))
 
 
 def spread_ratio(lexical, dense):
@@ -337,7 +340,8 @@ def test_live_server_search_picks_the_fusion_method_per_request(toy_index):
                              ({"lambda": 4.0}, None), ({}, None)]:
             r = client.post("/search", json={"query": query, "k": 8, **body})
             assert r.status_code == 200, r.text
-            want = searcher.search(encoder.encode([query], "query"), k=8, lam=body.get("lambda"), method=method)
+            want = searcher.search(encoder.encode([query], "query"),
+                                   SearchParams(k=8, lam=body.get("lambda"), method=method))
             assert [h["id"] for h in r.json()["results"]] == want.ids[0]
             assert [h["score"] for h in r.json()["results"]] == want.scores[0]
         refused = client.post("/search", json={"query": query, "fusion": "borda"})

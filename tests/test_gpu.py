@@ -15,6 +15,7 @@ import pytest
 
 from densehybrid.encoder.base import KINDS
 from densehybrid.encoder.loading import load_encoder
+from densehybrid.index.search.params import SearchParams
 
 pytestmark = pytest.mark.gpu
 
@@ -50,9 +51,10 @@ def test_real_model_top10_on_cuda_equals_cpu(splade_tiny_dir, tmp_path):
     index = load_index(build_index(load_encoder(str(splade_tiny_dir), kind="dlr", device="cpu"), corpus,
                                    tmp_path / "ix", BuildOptions(progress=False)))
     queries = ["dense retrieval model", "lexical token gate", "ranking passages for a query"]
-    cpu_found = Searcher(index).search(load_encoder(str(splade_tiny_dir), kind="dlr", device="cpu").encode(queries, "query"), k=10)
+    cpu_found = Searcher(index).search(load_encoder(str(splade_tiny_dir), kind="dlr", device="cpu").encode(queries, "query"),
+                                       SearchParams(k=10))
     gpu_encoder = load_encoder(str(splade_tiny_dir), kind="dlr", device="cuda")
-    gpu_found = Searcher(index, device="cuda").search(gpu_encoder.encode(queries, "query"), k=10)
+    gpu_found = Searcher(index, device="cuda").search(gpu_encoder.encode(queries, "query"), SearchParams(k=10))
     for a, b in zip(cpu_found.ids, gpu_found.ids):
         assert len(set(a) & set(b)) >= 9  # fp16 may swap one near-tied passage at the cut
 

@@ -65,7 +65,8 @@ def test_imported_index_searches_like_brute_force_over_the_vectors(tmp_path, sou
     np.testing.assert_array_equal(index.values, xb.astype(dtype))
     xq = np.random.default_rng(1).standard_normal((6, spec.dim)).astype(np.float32)
     from densehybrid.encoder.base import Encoded
-    found = index.search(Encoded(xq, None), k=10)
+    from densehybrid.index.search.params import SearchParams
+    found = index.search(Encoded(xq, None), SearchParams(k=10))
     assert brute_topk_agrees(xq, xb, [np.array(r) for r in found.rows])
     source_record = index.manifest["source"]
     assert source_record["format"] == "pyserini-faiss" and source_record["count"] == COUNT
@@ -181,6 +182,7 @@ def test_cli_import_then_verify(tmp_path, fake_models):
 
 def test_pq_import_keeps_its_own_first_stage_beside_the_one_copy(tmp_path, source):
     from densehybrid.encoder.base import Encoded
+    from densehybrid.index.search.params import SearchParams
     from densehybrid.index.engines.faiss_engine import PQConfig
 
     directory, xb = source
@@ -190,7 +192,7 @@ def test_pq_import_keeps_its_own_first_stage_beside_the_one_copy(tmp_path, sourc
     np.testing.assert_array_equal(index.values, xb.astype(np.float16))  # the rows stay exact
     pq = faiss.read_index(str(out / "first_stage.faiss"))
     xq = xb[:4] + 0.01 * np.random.default_rng(3).standard_normal(xb[:4].shape).astype(np.float32)
-    found = index.search(Encoded(xq, None), k=10)
+    found = index.search(Encoded(xq, None), SearchParams(k=10))
     _, want = pq.search(xq, 10)
     for got, rows in zip(found.rows, want):
         assert set(got) == set(rows.tolist())  # PQ codes trained on the stored rows

@@ -8,6 +8,7 @@ import numpy as np
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.encoder.base import Encoded
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.storage import files
 from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.storage.files import load_index, verify_index
@@ -35,7 +36,7 @@ def test_a_format_1_index_loads_and_searches_its_float32_first_stage(tmp_path):
     assert index.manifest["format_version"] == 1 and index.first_stage_kind == "flat_ip"
     assert isinstance(index.faiss, faiss.IndexFlatIP) and index.values.dtype == np.float16
     xq = np.random.default_rng(2).standard_normal((3, xb.shape[1])).astype(np.float32)
-    found = index.search(Encoded(xq, None), k=5, rerank=False)
+    found = index.search(Encoded(xq, None), SearchParams(k=5, rerank=False))
     want = np.argsort(-(xq.astype(np.float64) @ xb.astype(np.float64).T), axis=1, kind="stable")[:, :5]
     assert [list(r) for r in found.rows] == want.tolist()
     assert verify_index(tmp_path / "old")["format_version"] == 1

@@ -11,6 +11,7 @@ from densehybrid.index.search import gip
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.params import SearchParams
 
 PASSAGES = {
     "tides": "Ocean tides are caused by the gravitational pull of the moon and the sun on the oceans.",
@@ -47,7 +48,7 @@ def test_tiny_random_model_round_trip(tmp_path, corpus, tiny_bert_dir, kind):
     # the model recorded in the manifest is reloaded and accepted for search
     reloaded = commands.encoder_for_index(index)
     queries = reloaded.encode(list(QUERIES.values()), "query")
-    found = Searcher(index).search(queries, k=8, candidates=8, lam=2.0)
+    found = Searcher(index).search(queries, SearchParams(k=8, candidates=8, lam=2.0))
     xq = Searcher(index).scale(queries.values, 2.0)
     if kind == "aggretriever":  # plain inner product with the float32 vectors Faiss holds
         want = xq.astype(np.float64) @ passages.values.astype(np.float64).T
@@ -71,7 +72,7 @@ def build_real(tmp_path, corpus, name, model, **kwargs):
 ])
 def test_offline_models_find_the_right_passage(tmp_path, corpus, name, model, kwargs, splade_tiny_dir, minilm_dir):
     encoder, index = build_real(tmp_path, corpus, name, model, **kwargs)
-    found = Searcher(index).search(encoder.encode(list(QUERIES.values()), "query"), k=3)
+    found = Searcher(index).search(encoder.encode(list(QUERIES.values()), "query"), SearchParams(k=3))
     assert [ids[0] for ids in found.ids] == list(QUERIES)
     if name == "fusion":
         assert index.manifest["lambda"]["method"] == "auto-margin" and index.lam > 1.0

@@ -10,6 +10,7 @@ from densehybrid.index.storage.documents import Document
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.writes.live import LiveIndex, UnknownDocument
 from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder
 
@@ -35,8 +36,8 @@ def open_live(encoder, path, log_dir):
 
 def check_same(live: LiveIndex, reference, encoder, **params):
     queries = encoder.encode(["alpha beta gamma", "sigma rho", "kappa lambda mu nu"], "query")
-    got = live.search(queries, **params)
-    want = Searcher(reference).search(queries, **params)
+    got = live.search(queries, SearchParams(**params))
+    want = Searcher(reference).search(queries, SearchParams(**params))
     # a first stage alone scores written rows in float32 until a fold stores them as float16, as a build does
     tol, digits = (2e-3, 2) if params.get("rerank") is False else (1e-4, 3)
     for g_ids, g_scores, w_ids, w_scores in zip(got.ids, got.scores, want.ids, want.scores):
@@ -116,11 +117,11 @@ def test_pending_writes_rank_a_normalised_fusion_index_by_the_lambda_sum(tmp_pat
     build(encoder, base_docs, tmp_path / "index")
     live = open_live(encoder, tmp_path / "index", tmp_path / "index.wal")
     queries = encoder.encode(["alpha beta gamma"], "query")
-    assert live.search(queries, k=10, method="zscore").ids == \
-        Searcher(load_index(tmp_path / "index")).search(queries, k=10, method="zscore").ids
+    assert live.search(queries, SearchParams(k=10, method="zscore")).ids == \
+        Searcher(load_index(tmp_path / "index")).search(queries, SearchParams(k=10, method="zscore")).ids
     live.upsert(added, *astuple(encode(encoder, added)))
     reference = build(encoder, base_docs + added, tmp_path / "fresh")
     check_same(live, reference, encoder, k=10, lam=reference.lam)  # the λ sum, explicitly
-    got = live.search(queries, k=10, method="zscore")
-    want = Searcher(reference).search(queries, k=10, method="lambda")
+    got = live.search(queries, SearchParams(k=10, method="zscore"))
+    want = Searcher(reference).search(queries, SearchParams(k=10, method="lambda"))
     assert sorted(got.ids[0]) == sorted(want.ids[0])

@@ -46,6 +46,7 @@ _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np
     from densehybrid.encoder.base import Encoded
+    from densehybrid.index.search.params import SearchParams
     from densehybrid.index.storage.files import load_index
 
     def status():
@@ -56,7 +57,7 @@ _CHILD = textwrap.dedent("""
     index = load_index(sys.argv[1])
     opened = status()
     xq = np.random.default_rng(0).standard_normal((1, index.spec.dim)).astype(np.float32)
-    found = index.search(Encoded(xq, None), k=10)
+    found = index.search(Encoded(xq, None), SearchParams(k=10))
     want = np.argsort(-(np.asarray(index.values[:], np.float32) @ xq[0]), kind="stable")[:10] if len(sys.argv) < 3 else None
     print(json.dumps({"before": before, "opened": opened, "searched": status(), "rows": found.rows[0],
                       "want": None if want is None else want.tolist()}))

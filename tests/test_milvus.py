@@ -14,13 +14,14 @@ from densehybrid.bench.servers import LiveServer, free_port
 from densehybrid.cli.main import app
 from densehybrid.index import errors
 from densehybrid.index.search import gip
-from densehybrid.index.storage import milvus
+from densehybrid.index.storage import milvus, milvus_export
 from densehybrid.index.engines.milvus_engine import rerank_fetched
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
 from densehybrid.index.storage.files import check_compatible, load_index
 from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
@@ -45,7 +46,7 @@ def toy(tmp_path_factory, toy_index):
     root = tmp_path_factory.mktemp("milvus")
     index = load_index(toy_index("dhr"))
     uri = str(root / "lite.db")
-    milvus.export_index(index, uri, "toy", batch_size=32)
+    milvus_export.export_index(index, uri, "toy", batch_size=32)
     return index, uri
 
 
@@ -74,8 +75,8 @@ def test_collection_search_equals_the_local_index(toy, collection):
     index, _ = toy
     queries = FakeEncoder("dhr").encode(QUERIES, "query")
     for candidates, rerank in ((80, True), (20, True), (30, False)):
-        local = Searcher(index).search(queries, k=10, candidates=candidates, rerank=rerank)
-        remote = Searcher(collection).search(queries, k=10, candidates=candidates, rerank=rerank)
+        local = Searcher(index).search(queries, SearchParams(k=10, candidates=candidates, rerank=rerank))
+        remote = Searcher(collection).search(queries, SearchParams(k=10, candidates=candidates, rerank=rerank))
         assert remote.ids == local.ids and remote.rows == local.rows
         np.testing.assert_allclose(np.array(remote.scores), np.array(local.scores), rtol=1e-5, atol=1e-5)
 
@@ -85,8 +86,9 @@ def test_collection_search_with_normalised_fusion_equals_the_local_index(toy, co
     queries = FakeEncoder("dhr").encode(QUERIES, "query")
     assert collection.fusion_method == index.fusion_method and collection.dense_weight == index.dense_weight
     for method, weight in (("zscore", None), ("minmax", 0.3), ("adaptive", None), ("dense", None), ("lexical", None)):
-        local = Searcher(index).search(queries, k=10, candidates=40, method=method, dense_weight=weight)
-        remote = Searcher(collection).search(queries, k=10, candidates=40, method=method, dense_weight=weight)
+        local = Searcher(index).search(queries, SearchParams(k=10, candidates=40, method=method, dense_weight=weight))
+        remote = Searcher(collection).search(queries,
+                                             SearchParams(k=10, candidates=40, method=method, dense_weight=weight))
         assert remote.ids == local.ids and remote.rows == local.rows
         np.testing.assert_allclose(np.array(remote.scores), np.array(local.scores), rtol=1e-5, atol=1e-5)
     with pytest.raises(SearchError, match="torch search engine needs a local index"):
@@ -105,7 +107,7 @@ def test_collection_carries_manifest_texts_and_rows(toy, collection):
     np.testing.assert_array_equal(collection.values[70], index.values[70])
     np.testing.assert_array_equal(collection.gates[70], index.gates[70])
     with pytest.raises(SearchError, match="approx_gip"):
-        Searcher(collection).search(FakeEncoder("dhr").encode(["x"], "query"), first_stage="approx_gip")
+        Searcher(collection).search(FakeEncoder("dhr").encode(["x"], "query"), SearchParams(first_stage="approx_gip"))
 
 
 def test_collection_implements_the_served_index_and_its_store_the_vector_store(collection):
@@ -137,7 +139,7 @@ class _FailingUpserts:
         return getattr(self._client, name)
 
     def upsert(self, collection, data):
-        if collection.endswith(milvus.META_SUFFIX) is False:
+        if collection.endswith(milvus_export.META_SUFFIX) is False:
             if self.ok == 0:
                 raise ConnectionError("killed")
             self.ok -= 1
@@ -149,12 +151,12 @@ def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
     uri = str(tmp_path / "resume.db")
     client = milvus.connect(uri)
     with pytest.raises(errors.MilvusUnavailableError, match="killed"):
-        milvus.export_index(index, uri, "part", batch_size=25, client=_FailingUpserts(client, ok=2))
+        milvus_export.export_index(index, uri, "part", batch_size=25, client=_FailingUpserts(client, ok=2))
     with pytest.raises(IndexLoadError, match="unfinished"):
         milvus.open_collection(uri, "part", client=client)
-    resumed = milvus.export_index(index, uri, "part", batch_size=25, client=client)
+    resumed = milvus_export.export_index(index, uri, "part", batch_size=25, client=client)
     assert (resumed.resumed_from, resumed.rows, resumed.batches) == (50, 80, 2)
-    again = milvus.export_index(index, uri, "part", batch_size=25, client=client)
+    again = milvus_export.export_index(index, uri, "part", batch_size=25, client=client)
     assert again.batches == 0
     opened = milvus.open_collection(uri, "part", client=client)
     assert client.get_collection_stats("part")["row_count"] == index.count
@@ -165,21 +167,21 @@ def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path,
     index, _ = toy
     uri = str(tmp_path / "bad.db")
     client = milvus.connect(uri)
-    milvus.export_index(index, uri, "lost", client=client)
+    milvus_export.export_index(index, uri, "lost", client=client)
     client.delete("lost", ids=[3])
     with pytest.raises(IndexLoadError, match="holds 79 rows, the manifest says 80"):
         milvus.open_collection(uri, "lost", client=client)
     other = load_index(toy_index("cls"))
-    milvus.export_index(other, uri, "dims", client=client)
-    record = milvus._read_meta(client, uri, "dims")
+    milvus_export.export_index(other, uri, "dims", client=client)
+    record = milvus_export.read_meta(client, uri, "dims")
     record["manifest"] = index.manifest  # a dhr manifest (dim 896) over a cls collection
-    milvus._write_meta(client, uri, "dims", record)
+    milvus_export.write_meta(client, uri, "dims", record)
     with pytest.raises(IndexLoadError, match="vector field of dim"):
         milvus.open_collection(uri, "dims", client=client)
     with pytest.raises(IndexLoadError, match="no such densehybrid collection"):
         milvus.open_collection(uri, "absent", client=client)
     with pytest.raises(Exception, match="holds another index"):
-        milvus.export_index(index, uri, "dims", client=client)
+        milvus_export.export_index(index, uri, "dims", client=client)
 
 
 def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models, toy_index):
@@ -246,7 +248,8 @@ def test_service_on_a_collection_reports_a_lost_milvus_and_recovers(toy, collect
                 httpx.Client(base_url=live.url, timeout=30) as c:
             served = c.post("/search", json=body)
             assert served.status_code == 200, served.text
-            local = Searcher(index).search(FakeEncoder("dhr").encode([QUERIES[0]], "query"), k=5, candidates=40)
+            local = Searcher(index).search(FakeEncoder("dhr").encode([QUERIES[0]], "query"),
+                                           SearchParams(k=5, candidates=40))
             assert [h["id"] for h in served.json()["results"]] == local.ids[0]
             assert served.json()["results"][0]["text"] == index.docs.get(local.ids[0][0]).text
             write = c.post("/documents", json={"documents": [{"id": "new-1", "text": "a new passage"}]})

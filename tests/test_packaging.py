@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from densehybrid.encoder import extras
 
@@ -72,14 +72,27 @@ def test_neither_or_both_extras_name_both_installs(monkeypatch, present, problem
     assert "densehybrid[cpu]" in str(raised.value) and "densehybrid[gpu]" in str(raised.value)
 
 
-def test_cli_stops_with_one_sentence_without_an_extra(monkeypatch):
-    from densehybrid.cli.main import app
+def without_runtime_extra(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "tests" / "support" / "without_runtime_extra.py"), *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
 
-    monkeypatch.setattr(extras, "installed", fake_installed("faiss-cpu", "onnxruntime", "onnxruntime-gpu"))
-    result = CliRunner().invoke(app, ["serve", "--index", "/nowhere"])
-    assert result.exit_code == 2
-    assert "densehybrid[cpu]" in result.output and "Traceback" not in result.output
-    assert CliRunner().invoke(app, ["models", "list"]).exit_code == 0  # needs neither Faiss nor ONNX Runtime
+
+@pytest.mark.parametrize("command", [["serve", "--index", "/nowhere"], ["index", "build", "--help"], ["demo"],
+                                     ["--help"]])
+def test_cli_stops_with_one_sentence_without_an_extra(command):
+    """The command modules import Faiss at module level: the check must come before them, not in a callback."""
+    result = without_runtime_extra(*command)
+    assert result.returncode == 2, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "densehybrid[cpu]" in output and "densehybrid[gpu]" in output and "Traceback" not in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_models_list_runs_without_an_extra():
+    """Listing and fetching the offline models needs neither Faiss nor ONNX Runtime."""
+    result = without_runtime_extra("models", "list")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "minilm" in result.stdout
 
 
 def test_installed_environment_has_exactly_one_extra():
@@ -105,7 +118,7 @@ def test_installed_wheel_serves_the_search_page_and_docs_assets(wheel, tmp_path)
         "assert 'mark' in client.get(page.ASSETS_PATH + '/page.css').text\n"
         "assert client.get('/docs-assets/swagger-ui-bundle.js').status_code == 200\n"
         "assert 'id=\"encode-only\"' in page._templates.get_template('search_page.html').render(hits=[], timing=None,"
-        " error=None, query='', k=10, max_k=10, index=None, kind='dhr', assets='')\n"
+        " error=None, explained=None, query='', k=10, max_k=10, index=None, kind='dhr', assets='')\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(site)})
@@ -125,3 +138,18 @@ def test_installed_wheel_ships_the_wrk_script_of_the_peer_benchmark(wheel, tmp_p
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(site)})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+OUTPUT_FLAG = re.compile(r"--(?:out|output|report|run) ([\w./-]+)")
+
+
+def test_outputs_the_docs_write_into_a_clone_are_git_ignored():
+    """A user who follows the docs inside their clone must not see the indexes and reports they built as
+    untracked files (or commit them by accident)."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    outputs = {match.group(1) for page in pages for match in OUTPUT_FLAG.finditer(page.read_text())}
+    relative = sorted(path for path in outputs if not path.startswith(("/", "~", "$")))
+    assert {"my-index", "bench.json", "idx/cls"} <= set(relative)
+    tracked = [path for path in relative
+               if subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode != 0]
+    assert not tracked, f"not git-ignored: {tracked}"

@@ -11,6 +11,7 @@ from densehybrid.index.storage.documents import Document
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.writes.live import LiveIndex
 from densehybrid.index.search.searcher import Searcher, SearchError
+from densehybrid.index.search.params import SearchParams
 from test_gip import numpy_gip
 
 GATED, DENSE = 24, 8
@@ -97,7 +98,7 @@ def test_pages_are_slices_of_the_score_then_row_order_on_every_engine(tmp_path, 
     index = tied_index(tmp_path, kind)
     queries = tied_queries(index)
     searcher = Searcher(index, engine=engine)
-    whole = pages_agree(lambda **p: searcher.search(queries, **p), **params)
+    whole = pages_agree(lambda **p: searcher.search(queries, SearchParams(**p)), **params)
     if "candidates" in params:
         return  # fewer candidates than rows: the pages agree, but they are not the exhaustive order
     if params.get("rerank") is False or kind == "cls":
@@ -109,9 +110,9 @@ def test_pages_are_slices_of_the_score_then_row_order_on_every_engine(tmp_path, 
         scores = exact_scores(index, queries)
     np.testing.assert_array_equal(np.array(whole.rows), canonical(scores)[:, :20])
     # a page past the first ones, and one past the last row
-    deep = searcher.search(queries, k=15, offset=100, **params)
+    deep = searcher.search(queries, SearchParams(k=15, offset=100, **params))
     np.testing.assert_array_equal(np.array(deep.rows), canonical(scores)[:, 100:115])
-    assert searcher.search(queries, k=10, offset=index.count, **params).ids == [[], [], []]
+    assert searcher.search(queries, SearchParams(k=10, offset=index.count, **params)).ids == [[], [], []]
 
 
 @pytest.mark.parametrize("engine", ["faiss", "torch"])
@@ -121,14 +122,15 @@ def test_fused_pages_agree_and_tie_by_row(tmp_path, engine, method):
     queries = tied_queries(index)
     searcher = Searcher(index, engine=engine)
     for candidates in (index.count, 20):
-        whole = pages_agree(lambda **p: searcher.search(queries, **p), method=method, candidates=candidates)
+        whole = pages_agree(lambda **p: searcher.search(queries,
+                                                        SearchParams(**p)), method=method, candidates=candidates)
         for scores, rows in zip(whole.scores, whole.rows):
             pairs = list(zip(scores, rows))
             assert pairs == sorted(pairs, key=lambda sr: (-sr[0], sr[1]))  # equal scores: lower row first
             assert len(set(scores)) < len(scores)  # copies tie, so the tie order is what is tested
     # every engine: the same pages
-    faiss_page = Searcher(index).search(queries, k=10, offset=10, method=method)
-    assert searcher.search(queries, k=10, offset=10, method=method).rows == faiss_page.rows
+    faiss_page = Searcher(index).search(queries, SearchParams(k=10, offset=10, method=method))
+    assert searcher.search(queries, SearchParams(k=10, offset=10, method=method)).rows == faiss_page.rows
 
 
 def test_the_first_stage_fetches_at_least_offset_plus_k(tmp_path):
@@ -138,17 +140,17 @@ def test_the_first_stage_fetches_at_least_offset_plus_k(tmp_path):
     calls = []
     inner_product = searcher.store.inner_product
     searcher.store.inner_product = lambda xq, depth: calls.append(depth) or inner_product(xq, depth)
-    got = searcher.search(queries, k=10, offset=90, candidates=5, method="lambda")
+    got = searcher.search(queries, SearchParams(k=10, offset=90, candidates=5, method="lambda"))
     assert all(len(rows) == 10 for rows in got.rows) and min(calls) >= 100
     for method in fusion.PER_QUERY_METHODS:
         calls.clear()
-        got = searcher.search(queries, k=10, offset=190, candidates=5, method=method)
+        got = searcher.search(queries, SearchParams(k=10, offset=190, candidates=5, method=method))
         assert all(len(rows) == 10 for rows in got.rows) and min(calls) >= 200, method
     # with all rows as candidates, a deep page is the exhaustive order's slice
-    got = searcher.search(queries, k=10, offset=250, candidates=index.count, method="lambda")
+    got = searcher.search(queries, SearchParams(k=10, offset=250, candidates=index.count, method="lambda"))
     np.testing.assert_array_equal(np.array(got.rows), canonical(exact_scores(index, queries))[:, 250:260])
     with pytest.raises(SearchError, match="offset"):
-        searcher.search(queries, k=10, offset=-1)
+        searcher.search(queries, SearchParams(k=10, offset=-1))
 
 
 def test_a_tie_run_across_the_cut_is_read_whole(tmp_path):
@@ -173,7 +175,7 @@ def test_a_tie_run_across_the_cut_is_read_whole(tmp_path):
         return gip.sort_by_score(np.take_along_axis(scores, keep, 1), picked, depth)
 
     searcher.store.inner_product = shuffled_ties
-    got = searcher.search(queries, k=10)
+    got = searcher.search(queries, SearchParams(k=10))
     scores = queries.values.astype(np.float64) @ index.values.astype(np.float64).T
     np.testing.assert_array_equal(np.array(got.rows), canonical(scores)[:, :10])
     assert depths == [11, index.count]  # the probe found a tie at the cut and read on
@@ -188,13 +190,13 @@ def test_live_writes_page_with_base_rows_before_equal_added_rows(tmp_path):
     live.delete("doc3")
     queries = tied_queries(index)
     for params in ({"method": "lambda"}, {"rerank": False}, {"method": "rrf"}):
-        whole = pages_agree(lambda **p: live.search(queries, **p), **params)
+        whole = pages_agree(lambda **p: live.search(queries, SearchParams(**p)), **params)
         for scores, rows, ids in zip(whole.scores, whole.rows, whole.ids):
             pairs = list(zip(scores, rows))
             assert pairs == sorted(pairs, key=lambda sr: (-sr[0], sr[1]))
             assert "doc3" not in ids
         # page after page reaches every live document once
-        deep = [live.search(queries, k=10, offset=o, **params) for o in range(0, live.count + 10, 10)]
+        deep = [live.search(queries, SearchParams(k=10, offset=o, **params)) for o in range(0, live.count + 10, 10)]
         live_ids = {f"doc{i}" for i in range(index.count) if i != 3} | {doc.id for doc in added}
         for q in range(len(queries)):
             every = sum((page.ids[q] for page in deep), [])
@@ -203,18 +205,18 @@ def test_live_writes_page_with_base_rows_before_equal_added_rows(tmp_path):
 
 @pytest.mark.slow  # Milvus Lite: a store process per database file
 def test_milvus_pages_equal_the_local_index(tmp_path):
-    from densehybrid.index.storage import milvus
+    from densehybrid.index.storage import milvus, milvus_export
 
     index = tied_index(tmp_path, "fusion")
     uri = str(tmp_path / "lite.db")
-    milvus.export_index(index, uri, "tied", batch_size=32)
+    milvus_export.export_index(index, uri, "tied", batch_size=32)
     try:
         collection = milvus.open_collection(uri, "tied")
         queries = tied_queries(index)
         remote, local = Searcher(collection), Searcher(index)
         for params in ({"method": "lambda"}, {"method": "rrf"}, {"method": "zscore"}, {"rerank": False, "lam": 1.0}):
-            whole = pages_agree(lambda **p: remote.search(queries, **p), **params)
-            want = local.search(queries, k=20, **params)
+            whole = pages_agree(lambda **p: remote.search(queries, SearchParams(**p)), **params)
+            want = local.search(queries, SearchParams(k=20, **params))
             assert whole.rows == want.rows and whole.lexical_scores == want.lexical_scores, params
     finally:
         from milvus_lite.server_manager import server_manager_instance

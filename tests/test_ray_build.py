@@ -23,6 +23,7 @@ from densehybrid.index.building.build import BuildOptions, build_index, encode_p
 from densehybrid.index.storage.files import load_index  # noqa: E402
 from densehybrid.index.building.ray_build import RayOptions, RayShardEncoder  # noqa: E402
 from densehybrid.index.search.searcher import Searcher  # noqa: E402
+from densehybrid.index.search.params import SearchParams
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,8 @@ def _assert_same_index(ray_dir: Path, plain_dir: Path, encoder) -> None:
                                atol=1e-5, rtol=2 ** -10)
     np.testing.assert_array_equal(np.asarray(built.gates), np.asarray(plain.gates))
     queries = encoder.encode(QUERIES, "query")
-    assert Searcher(built).search(queries, k=10).ids == Searcher(plain).search(queries, k=10).ids
+    assert Searcher(built).search(queries,
+                                  SearchParams(k=10)).ids == Searcher(plain).search(queries, SearchParams(k=10)).ids
 
 
 def test_ray_build_equals_plain_build_and_resumes(splade_tiny_dir, corpus, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.search import fusion
 from densehybrid.index.search.searcher import Searcher, SearchError
+from densehybrid.index.search.params import SearchParams
 from test_search import make_index, queries_for
 
 ALL_METHODS = fusion.FUSION_METHODS
@@ -86,7 +87,7 @@ def exhaustive_parts(index, queries, lam):
 def test_searcher_rrf_over_every_row_equals_numpy(tmp_path, kind, rrf_k):
     index = make_index(tmp_path, kind, lam=3.0)
     queries = queries_for(index, 5)
-    got = Searcher(index).search(queries, k=30, candidates=index.count, method="rrf", rrf_k=rrf_k)
+    got = Searcher(index).search(queries, SearchParams(k=30, candidates=index.count, method="rrf", rrf_k=rrf_k))
     lexical, dense = exhaustive_parts(index, queries, 3.0)
     k_rrf = 60 if rrf_k is None else rrf_k
     lex_rank = 1 + (lexical[:, None, :] > lexical[:, :, None]).sum(axis=2)
@@ -106,13 +107,13 @@ def test_the_index_records_the_default_rrf_k_and_a_request_overrides_it(tmp_path
     queries = queries_for(index, 3)
     searcher = Searcher(index)
     assert index.rrf_k == 60
-    default = searcher.search(queries, k=20, method="rrf")
-    assert default.scores == searcher.search(queries, k=20, method="rrf", rrf_k=60).scores
+    default = searcher.search(queries, SearchParams(k=20, method="rrf"))
+    assert default.scores == searcher.search(queries, SearchParams(k=20, method="rrf", rrf_k=60)).scores
     index.manifest["fusion"] = {**index.manifest.get("fusion", {}), "rrf_k": 2}
-    assert searcher.search(queries, k=20, method="rrf").scores == \
-        searcher.search(queries, k=20, method="rrf", rrf_k=2).scores != default.scores
+    assert searcher.search(queries, SearchParams(k=20, method="rrf")).scores == \
+        searcher.search(queries, SearchParams(k=20, method="rrf", rrf_k=2)).scores != default.scores
     with pytest.raises(SearchError, match="rrf_k"):
-        searcher.search(queries, k=5, method="rrf", rrf_k=-3)
+        searcher.search(queries, SearchParams(k=5, method="rrf", rrf_k=-3))
 
 
 @pytest.mark.parametrize("method", ALL_METHODS)
@@ -121,7 +122,7 @@ def test_every_method_returns_the_exact_part_scores_of_each_hit(tmp_path, method
     queries = queries_for(index, 3)
     lexical, dense = exhaustive_parts(index, queries, 0.5)
     for rerank in (True, False):
-        got = Searcher(index).search(queries, k=12, method=method, rerank=rerank)
+        got = Searcher(index).search(queries, SearchParams(k=12, method=method, rerank=rerank))
         rows = np.array(got.rows)
         np.testing.assert_allclose(got.lexical_scores, np.take_along_axis(lexical, rows, 1), rtol=2e-3, atol=2e-3)
         np.testing.assert_allclose(got.dense_scores, np.take_along_axis(dense, rows, 1), rtol=2e-3, atol=2e-3)
@@ -132,7 +133,7 @@ def test_every_method_returns_the_exact_part_scores_of_each_hit(tmp_path, method
 @pytest.mark.parametrize("kind", ["cls", "dlr", "aggretriever"])
 def test_kinds_without_two_parts_report_no_part_scores(tmp_path, kind):
     index = make_index(tmp_path, kind)
-    got = Searcher(index).search(queries_for(index, 2), k=5)
+    got = Searcher(index).search(queries_for(index, 2), SearchParams(k=5))
     assert got.lexical_scores is None and got.dense_scores is None and len(got.ids[0]) == 5
 
 
@@ -150,9 +151,9 @@ def test_an_empty_lexical_part_still_returns_the_dense_results(tmp_path, engine,
     index = make_index(tmp_path, "fusion", lam=2.0)
     queries = without_lexical(queries_for(index, 4), index.spec.gated_dim)
     searcher = Searcher(index, engine=engine)
-    dense_alone = searcher.search(queries, k=15, method="dense")
+    dense_alone = searcher.search(queries, SearchParams(k=15, method="dense"))
     for candidates in (index.count, 40):
-        got = searcher.search(queries, k=15, method=method, candidates=candidates)
+        got = searcher.search(queries, SearchParams(k=15, method=method, candidates=candidates))
         assert got.rows == dense_alone.rows
         assert np.isfinite(got.scores).all() and np.isfinite(got.dense_scores).all()
         assert not np.any(got.lexical_scores)  # exactly 0: no term to match
@@ -163,8 +164,9 @@ def test_an_empty_lexical_part_with_few_candidates_and_pages(tmp_path):
     queries = without_lexical(queries_for(index, 2), index.spec.gated_dim)
     searcher = Searcher(index)
     for method in fusion.PER_QUERY_METHODS:
-        first, second = (searcher.search(queries, k=10, offset=o, candidates=30, method=method) for o in (0, 10))
-        want = searcher.search(queries, k=20, candidates=30, method="dense")
+        first, second = (searcher.search(queries,
+                                         SearchParams(k=10, offset=o, candidates=30, method=method)) for o in (0, 10))
+        want = searcher.search(queries, SearchParams(k=20, candidates=30, method="dense"))
         assert [a + b for a, b in zip(first.rows, second.rows)] == want.rows, method
 
 
@@ -195,13 +197,14 @@ def test_real_model_queries_without_useful_terms_return_dense_results_for_every_
     searcher = Searcher(index)
     encoded = encoder.encode(NEAR_EMPTY_QUERIES, "query")
     for method in ALL_METHODS:
-        got = searcher.search(encoded, k=5, method=method)
+        got = searcher.search(encoded, SearchParams(k=5, method=method))
         assert all(len(ids) == 5 for ids in got.ids), method
         assert np.isfinite(got.scores).all() and np.isfinite(got.lexical_scores).all(), method
     emptied = without_lexical(encoded, index.spec.gated_dim)
-    dense_alone = searcher.search(emptied, k=5, method="dense")
+    dense_alone = searcher.search(emptied, SearchParams(k=5, method="dense"))
     for method in fusion.PER_QUERY_METHODS:
-        got = searcher.search(emptied, k=5, method=method)
+        got = searcher.search(emptied, SearchParams(k=5, method=method))
         assert got.rows == dense_alone.rows and np.isfinite(got.scores).all(), method
-    assert searcher.search(encoder.encode(["what causes ocean tides"], "query"), k=1, method="rrf").ids == [["tides"]]
+    assert searcher.search(encoder.encode(["what causes ocean tides"], "query"),
+                           SearchParams(k=1, method="rrf")).ids == [["tides"]]
 

@@ -11,6 +11,7 @@ from densehybrid.index.errors import IndexMismatchError
 from densehybrid.index.search.explain import explain
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher, SearchError
+from densehybrid.index.search.params import SearchParams
 from test_gip import numpy_gip, numpy_topk, random_rows
 
 from support.fake_encoder import FakeEncoder
@@ -38,7 +39,7 @@ def queries_for(index, q=4, seed=99):
 def test_first_stage_ip_equals_numpy_brute_force(tmp_path, kind, batch):
     index = make_index(tmp_path, kind)
     queries = queries_for(index, batch)
-    got = Searcher(index).search(queries, k=20, rerank=False, lam=1.0)
+    got = Searcher(index).search(queries, SearchParams(k=20, rerank=False, lam=1.0))
     # the first stage scores the one stored copy of the rows (float16), as the rerank does
     brute = queries.values.astype(np.float64) @ np.asarray(index.values, np.float64).T
     want_scores, want_rows = numpy_topk(brute, 20)
@@ -55,7 +56,7 @@ def test_two_stage_with_all_candidates_equals_exhaustive_gip(tmp_path, kind, lam
     index = make_index(tmp_path, kind, lam=lam)
     queries = queries_for(index, 6)
     searcher = Searcher(index)
-    got = searcher.search(queries, k=300, candidates=300)
+    got = searcher.search(queries, SearchParams(k=300, candidates=300))
     xq = searcher.scale(queries.values, None)
     want_scores, want_rows = numpy_topk(numpy_gip(xq, queries.gates, index.values, index.gates), 300)
     np.testing.assert_array_equal(np.array(got.rows), want_rows)
@@ -71,7 +72,7 @@ def test_lambda_scales_only_the_query_dense_part(tmp_path):
         xq = queries.values.copy()
         xq[:, index.spec.gated_dim:] *= 2.0 if lam is None else lam
         want_scores, want_rows = numpy_topk(numpy_gip(xq, queries.gates, index.values, index.gates), 10)
-        got = searcher.search(queries, k=10, candidates=300, lam=lam)
+        got = searcher.search(queries, SearchParams(k=10, candidates=300, lam=lam))
         np.testing.assert_array_equal(np.array(got.rows), want_rows)
         np.testing.assert_allclose(np.array(got.scores), want_scores, rtol=1e-5, atol=1e-5)
 
@@ -80,8 +81,9 @@ def test_approx_gip_first_stage_with_low_theta_equals_exhaustive(tmp_path):
     index = make_index(tmp_path, "fusion", lam=1.5)
     queries = queries_for(index, 3)
     searcher = Searcher(index)
-    exact = searcher.search(queries, k=10, candidates=300)
-    approx = searcher.search(queries, k=10, first_stage="approx_gip", theta=-1.0, candidates=10, rerank=False)
+    exact = searcher.search(queries, SearchParams(k=10, candidates=300))
+    approx = searcher.search(queries,
+                             SearchParams(k=10, first_stage="approx_gip", theta=-1.0, candidates=10, rerank=False))
     assert approx.rows == exact.rows
     np.testing.assert_allclose(approx.scores, exact.scores, rtol=1e-5, atol=1e-5)
 
@@ -90,17 +92,17 @@ def test_search_is_deterministic_and_batch_equals_single(tmp_path):
     index = make_index(tmp_path, "fusion")
     queries = queries_for(index, 4)
     searcher = Searcher(index)
-    batch = searcher.search(queries, k=15, candidates=50)
-    assert searcher.search(queries, k=15, candidates=50).rows == batch.rows
+    batch = searcher.search(queries, SearchParams(k=15, candidates=50))
+    assert searcher.search(queries, SearchParams(k=15, candidates=50)).rows == batch.rows
     for i in range(4):
-        single = searcher.search(queries[i:i + 1], k=15, candidates=50)
+        single = searcher.search(queries[i:i + 1], SearchParams(k=15, candidates=50))
         assert single.rows[0] == batch.rows[i]
         np.testing.assert_allclose(single.scores[0], batch.scores[i], rtol=1e-6)
 
 
 def test_k_larger_than_index_returns_every_row(tmp_path):
     index = make_index(tmp_path, "fusion", n=12)
-    got = Searcher(index).search(queries_for(index, 2), k=50, candidates=100)
+    got = Searcher(index).search(queries_for(index, 2), SearchParams(k=50, candidates=100))
     assert [sorted(r) for r in got.rows] == [list(range(12))] * 2
 
 
@@ -111,7 +113,7 @@ def test_k_larger_than_index_returns_every_row(tmp_path):
 def test_bad_requests_are_refused(tmp_path, kwargs, error):
     index = make_index(tmp_path, "fusion", n=20)
     with pytest.raises(error):
-        Searcher(index).search(queries_for(index, 1), **kwargs)
+        Searcher(index).search(queries_for(index, 1), SearchParams(**kwargs))
 
 
 def test_query_of_another_layout_is_refused(tmp_path):
@@ -126,7 +128,7 @@ def test_pq_first_stage_finds_most_exact_neighbours(tmp_path):
     index = make_index(tmp_path, "cls", n=400, dense=16, pq=faiss_engine.PQConfig(m=8, nbits=4, train_size=400))
     assert index.manifest["first_stage"]["type"] == "pq"
     queries = queries_for(index, 10)
-    got = Searcher(index).search(queries, k=10)
+    got = Searcher(index).search(queries, SearchParams(k=10))
     brute = numpy_topk(queries.values.astype(np.float64) @ index.values.astype(np.float64).T, 10)[1]
     overlap = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.rows, brute)])
     assert overlap >= 0.5
@@ -139,7 +141,7 @@ def test_explain_splits_the_search_score(tmp_path):
     docs = [Document(f"d{i}", "", t) for i, t in enumerate(texts)]
     index = load_index(build.build_from_arrays(tmp_path / "ix", encoder.spec, encoded, docs, lam=4.0))
     query = encoder.encode(["alpha gamma"], "query")
-    result = Searcher(index).search(query, k=4)
+    result = Searcher(index).search(query, SearchParams(k=4))
     for row, score in zip(result.rows[0], result.scores[0]):
         e = explain(query, index, row, lam=4.0, vocab_size=encoder.vocab_size)
         assert e.total == pytest.approx(score, rel=1e-5, abs=1e-5)

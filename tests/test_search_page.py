@@ -197,6 +197,21 @@ def test_a_bad_query_shows_the_error_and_the_server_keeps_serving(dhr_server):
         assert c.get("/", params={"q": "inner"}).status_code == 200
 
 
+def test_any_k_the_page_schema_allows_is_served_with_the_explain_cap_stated(dhr_index_dir):
+    # the page explains every hit, and queries x k is capped by max_explain_hits: past it, hits are unmarked
+    settings = ServiceSettings(max_explain_hits=5)
+    with LiveServer(create_app(settings, encoder=FakeEncoder("dhr"), index=load_index(dhr_index_dir))) as live, \
+            httpx.Client(base_url=live.url, timeout=30) as c:
+        for k in (20, settings.max_k):
+            r = c.get("/", params={"q": "dense retrieval", "k": k})
+            hits = min(k, 41)  # the index holds 41 documents
+            assert r.status_code == 200, r.text
+            assert r.text.count('class="hit"') == hits
+            assert f"The first 5 hits are explained (max_explain_hits); the\n{hits - 5} after them" in r.text
+        r = c.get("/", params={"q": "dense retrieval", "k": 5})
+        assert r.status_code == 200 and 'id="unexplained"' not in r.text
+
+
 def test_encode_only_server_says_there_is_nothing_to_search():
     with LiveServer(create_app(ServiceSettings(), encoder=FakeEncoder("dhr"))) as live:
         r = httpx.get(live.url + "/", params={"q": "inner"}, timeout=30)

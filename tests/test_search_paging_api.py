@@ -8,6 +8,7 @@ from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
+from densehybrid.index.search.params import SearchParams
 from support.fake_encoder import FakeEncoder
 
 MAX_K = 50
@@ -44,8 +45,8 @@ def test_rrf_hits_equal_the_searcher_and_carry_their_part_scores(fusion_server):
     for body in ({"fusion": "rrf"}, {"fusion": "rrf", "rrf_k": 1}, {"fusion": "minmax"}, {"fusion": "lambda"},
                  {"fusion": "lexical"}):
         hits = search(client, k=8, offset=4, **body)
-        want = searcher.search(encoder.encode([QUERY], "query"), k=8, offset=4, method=body["fusion"],
-                               rrf_k=body.get("rrf_k"))
+        want = searcher.search(encoder.encode([QUERY], "query"), SearchParams(k=8, offset=4, method=body["fusion"],
+                               rrf_k=body.get("rrf_k")))
         assert [h["id"] for h in hits] == want.ids[0]
         assert [h["score"] for h in hits] == want.scores[0] == [h["fused_score"] for h in hits]
         assert [h["lexical_score"] for h in hits] == want.lexical_scores[0]

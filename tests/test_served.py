@@ -15,6 +15,7 @@ from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.served import ServedIndex, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 from densehybrid.index.writes.wal import WriteAheadLog
+from densehybrid.index.search.params import SearchParams
 from test_search import make_index, queries_for
 
 
@@ -107,8 +108,8 @@ def test_normalised_fusion_on_the_torch_engine_equals_faiss_and_numpy(tmp_path, 
     want_scores, want_rows = top(numpy_fused(xq, queries.gates, index.values, index.gates, every_row, method, weight),
                                  every_row, k)
     params = {"k": k, "method": method, "dense_weight": weight}
-    faiss_all = Searcher(index).search(queries, candidates=n, **params)
-    torch_all = Searcher(index, engine="torch").search(queries, candidates=n, **params)
+    faiss_all = Searcher(index).search(queries, SearchParams(candidates=n, **params))
+    torch_all = Searcher(index, engine="torch").search(queries, SearchParams(candidates=n, **params))
     for found in (faiss_all, torch_all):  # K1 = N: both engines normalise over every row
         assert found.rows == want_rows.tolist()
         np.testing.assert_allclose(found.scores, want_scores, rtol=1e-4, atol=1e-4)
@@ -118,7 +119,7 @@ def test_normalised_fusion_on_the_torch_engine_equals_faiss_and_numpy(tmp_path, 
     v = index.values.astype(np.float64)
     lexical_ip = xq[:, :g].astype(np.float64) @ v[:, :g].T
     dense_ip = xq[:, g:].astype(np.float64) @ v[:, g:].T
-    torch_some = Searcher(index, engine="torch").search(queries, candidates=depth, **params)
+    torch_some = Searcher(index, engine="torch").search(queries, SearchParams(candidates=depth, **params))
     for i, (a, b) in enumerate(zip(lexical_ip, dense_ip)):
         union = np.array(sorted(set(np.argsort(-a, kind="stable")[:depth]) | set(np.argsort(-b, kind="stable")[:depth])))
         assert len(union) > depth  # the parts disagree, so the union is larger than either
@@ -148,7 +149,7 @@ def test_gpu_normalised_fusion_matches_the_cpu(tmp_path, method):
     index = make_index(tmp_path, "fusion", n=2000)
     queries = queries_for(index, 8)
     params = {"k": 10, "candidates": index.count, "method": method}  # K1 = N: the same candidates on both
-    cpu = Searcher(index).search(queries, **params)
-    gpu = Searcher(index, device="cuda", float16=False).search(queries, **params)
+    cpu = Searcher(index).search(queries, SearchParams(**params))
+    gpu = Searcher(index, device="cuda", float16=False).search(queries, SearchParams(**params))
     assert gpu.rows == cpu.rows
     np.testing.assert_allclose(gpu.scores, cpu.scores, rtol=1e-4, atol=1e-4)

@@ -13,6 +13,7 @@ from densehybrid.service.app import create_app
 from densehybrid.service.responses import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
+from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder
 from support.metrics import read_metrics, rejected, sample_total
@@ -73,10 +74,10 @@ def test_search_equals_in_process_search(client, reference, params):
         assert r.status_code == 200, r.text
         body = r.json()
         k = params.get("k", 10)
-        expected = searcher.search(encoder.encode([query], "query"), k=k,
+        expected = searcher.search(encoder.encode([query], "query"), SearchParams(k=k,
                                    first_stage=params.get("first_stage", "ip"),
                                    candidates=max(k, params.get("candidates", 1000)), theta=params.get("theta", 0.1),
-                                   rerank=params.get("rerank", True), lam=params.get("lambda"))
+                                   rerank=params.get("rerank", True), lam=params.get("lambda")))
         assert [h["id"] for h in body["results"]] == expected.ids[0]
         assert [h["score"] for h in body["results"]] == expected.scores[0]
         assert [h["rank"] for h in body["results"]] == list(range(1, k + 1))
@@ -92,7 +93,7 @@ def test_batch_of_queries_gives_one_list_per_query(client, reference):
     encoder, searcher = reference
     r = client.post("/search", json={"queries": QUERIES, "k": 4})
     assert r.status_code == 200
-    expected = searcher.search(encoder.encode(QUERIES, "query"), k=4)
+    expected = searcher.search(encoder.encode(QUERIES, "query"), SearchParams(k=4))
     assert [[h["id"] for h in hits] for hits in r.json()["results"]] == expected.ids
 
 
@@ -116,7 +117,7 @@ def test_return_text_and_explain(client, index_dir):
 def test_explain_route_splits_the_score(client, reference):
     encoder, searcher = reference
     query = QUERIES[0]
-    top = searcher.search(encoder.encode([query], "query"), k=1)
+    top = searcher.search(encoder.encode([query], "query"), SearchParams(k=1))
     r = client.post("/explain", json={"query": query, "id": top.ids[0][0]})
     assert r.status_code == 200, r.text
     body = r.json()

@@ -13,11 +13,11 @@ from starlette.requests import Request
 from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.storage.files import load_index
 from densehybrid.service import startup
 from densehybrid.service.app import create_app
 from densehybrid.service.batcher import Batcher
-from densehybrid.service.search_batcher import SearchParams
 from densehybrid.service.settings import ServiceSettings
 
 
@@ -42,9 +42,13 @@ class SpiedSearcher:
         self.searched = threading.Event()
         self.ran_on: list[str] = []
 
-    def search(self, queries, **params):
+    @property
+    def name(self):
+        return self.index.name
+
+    def search(self, queries, params):
         self.ran_on.append(threading.current_thread().name)
-        found = self.index.search(queries, **params)
+        found = self.index.search(queries, params)
         self.searched.set()
         return found
 
@@ -63,7 +67,7 @@ def test_the_search_stage_starts_while_the_event_loop_is_blocked(index_dir):
         return submit(*args, **kwargs)
 
     rt.search_batcher.submit = recording_submit
-    params = SearchParams(3, "ip", 10, 0.1, True, None)
+    params = SearchParams(k=3, first_stage="ip", candidates=10, theta=0.1, rerank=True)
 
     async def scenario():
         search = asyncio.ensure_future(rt.pipeline.search(connected_request(), ["lexical query"], params,

@@ -11,6 +11,7 @@ from densehybrid.service.startup import load_components
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.index.search.params import SearchParams
 
 pytestmark = pytest.mark.realmodel
 
@@ -32,7 +33,7 @@ def test_index_alone_serves_the_real_model_and_matches_in_process(splade_index):
             httpx.Client(base_url=live.url, timeout=60) as c:
         for query in queries:
             body = c.post("/search", json={"query": query, "k": 5}).json()
-            expected = searcher.search(reference_encoder.encode([query], "query"), k=5)
+            expected = searcher.search(reference_encoder.encode([query], "query"), SearchParams(k=5))
             assert [h["id"] for h in body["results"]] == expected.ids[0]
             assert [h["score"] for h in body["results"]] == expected.scores[0]
         encoded = c.post("/encode", json={"texts": queries, "role": "passage"}).json()

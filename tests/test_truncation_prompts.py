@@ -24,6 +24,7 @@ from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.startup import StartupError
+from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder
 
@@ -170,7 +171,7 @@ def test_served_query_vectors_are_the_encoders_for_prompt_plus_text(client, prom
 def test_search_uses_the_index_query_prompt(client, prompted):
     encoder, index_dir, _ = prompted
     query = "dense retrieval latency"
-    want = Searcher(load_index(index_dir)).search(encoder.encode(["query: " + query], "query"), k=5)
+    want = Searcher(load_index(index_dir)).search(encoder.encode(["query: " + query], "query"), SearchParams(k=5))
     for extra in ({}, {"prompt_name": "query"}):
         r = client.post("/search", json={"query": query, "k": 5, **extra})
         assert r.status_code == 200, r.text
@@ -354,8 +355,8 @@ def test_cli_search_and_eval_encode_queries_after_the_prompt(prompted):
     encoder, index_dir, _ = prompted
     index = load_index(index_dir)
     queries = ["dense retrieval latency", "bm25 baseline"]
-    found = commands.search_texts(encoder, Searcher(index), queries, k=4).results
-    want = Searcher(index).search(encoder.encode(["query: " + q for q in queries], "query"), k=4)
+    found = commands.search_texts(encoder, Searcher(index), queries, SearchParams(k=4)).results
+    want = Searcher(index).search(encoder.encode(["query: " + q for q in queries], "query"), SearchParams(k=4))
     assert found.ids == want.ids
     np.testing.assert_allclose(found.scores, want.scores, rtol=1e-6)
 

@@ -17,6 +17,7 @@ from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
 from densehybrid.index.storage.files import check_compatible
 from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher, SearchResults, resolve_method
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ class TimedResults:
     timing: dict[str, float] = field(default_factory=dict)
 
 
-def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], *, batch_size: int = 64, **search_kwargs) -> TimedResults:
+def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], params: SearchParams = SearchParams(), *,
+                 batch_size: int = 64) -> TimedResults:
     """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
     ids, scores, rows = [], [], []
     timing = {"encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0}
@@ -53,7 +55,7 @@ def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], *, batc
         timing["encode_ms"] += (time.perf_counter() - start) * 1000
         if batch is None:
             break
-        found = searcher.search(batch.encoded, **search_kwargs)
+        found = searcher.search(batch.encoded, params)
         ids += found.ids
         scores += found.scores
         rows += found.rows
@@ -70,8 +72,9 @@ class EvalOutcome:
 
 
 def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder | None, bm25: bool = False,
-             run_path: Path | None = None, device: str = "cpu", depth: int = 1000, **search_kwargs) -> EvalOutcome:
-    """Evaluate the index's model (or BM25 over the index's passages) on the judged queries."""
+             run_path: Path | None = None, device: str = "cpu",
+             params: SearchParams = SearchParams(k=1000)) -> EvalOutcome:
+    """Evaluate the index's model (or BM25 over the index's passages) on the judged queries, to depth ``params.k``."""
     queries = evaluate.read_queries(queries_path)
     qrels = evaluate.read_qrels(qrels_path)
     qids = [q for q in queries if qrels.get(q)]
@@ -79,11 +82,12 @@ def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder
     start = time.perf_counter()
     if bm25:
         docs = list(index.docs.iter_rows())
-        ids, scores = evaluate.bm25_search([d.id for d in docs], [f"{d.title} {d.text}".strip() for d in docs], texts, depth)
+        ids, scores = evaluate.bm25_search([d.id for d in docs], [f"{d.title} {d.text}".strip() for d in docs], texts,
+                                           params.k)
         timing = {"total_ms": (time.perf_counter() - start) * 1000}
         tag = "bm25"
     else:
-        found = search_texts(encoder, Searcher(index, device=device), texts, k=depth, **search_kwargs)
+        found = search_texts(encoder, Searcher(index, device=device), texts, params)
         ids, scores, timing = found.results.ids, found.results.scores, found.timing
         tag = f"densehybrid-{index.spec.kind}"
     if run_path is not None:
@@ -93,7 +97,8 @@ def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder
 
 
 def eval_rows(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder | None, bm25: bool = False,
-              run_path: Path | None = None, method: str | None = None, **kwargs) -> dict[str, EvalOutcome]:
+              run_path: Path | None = None, device: str = "cpu",
+              params: SearchParams = SearchParams(k=1000)) -> dict[str, EvalOutcome]:
     """The rows ``eval`` prints: the system asked for and, for a fused index, each part alone.
 
     -> {label: outcome}, the asked-for system last (the run file, if any, is its run).
@@ -101,13 +106,14 @@ def eval_rows(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encode
     rows: dict[str, EvalOutcome] = {}
     if not bm25 and index.spec.kind in SCALED_KINDS:
         for part in ("lexical", "dense"):
-            rows[f"{part} part alone"] = run_eval(index, queries_path, qrels_path, encoder=encoder, method=part, **kwargs)
-        chosen = resolve_method(index, method, kwargs.get("lam"))
-        label = f"fusion ({chosen}" + (f", λ = {kwargs.get('lam') or index.lam:.4g})" if chosen == "lambda" else ")")
+            rows[f"{part} part alone"] = run_eval(index, queries_path, qrels_path, encoder=encoder, device=device,
+                                                  params=params.but(method=part))
+        chosen = resolve_method(index, params.method, params.lam)
+        label = f"fusion ({chosen}" + (f", λ = {params.lam or index.lam:.4g})" if chosen == "lambda" else ")")
     else:
         label = "BM25" if bm25 else f"{index.spec.kind} ({index.spec.model_id})"
     rows[label] = run_eval(index, queries_path, qrels_path, encoder=encoder, bm25=bm25, run_path=run_path,
-                           method=method, **kwargs)
+                           device=device, params=params)
     return rows
 
 
@@ -115,8 +121,8 @@ COMPARED_METHODS = ("lexical", "dense", "lambda", "zscore", "minmax", "adaptive"
 
 
 def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder: Encoder,
-                      device: str = "cpu", depth: int = 1000, batch_size: int = 64,
-                      **search_kwargs) -> dict[str, EvalOutcome]:
+                      device: str = "cpu", batch_size: int = 64,
+                      params: SearchParams = SearchParams(k=1000)) -> dict[str, EvalOutcome]:
     """Every fusion method (``COMPARED_METHODS``) of a fused index on the same judged queries, encoded once.
 
     -> {method: outcome}; ``lambda`` uses the given λ, else the index's.
@@ -134,7 +140,7 @@ def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *
     for method in COMPARED_METHODS:
         ids, scores, timing = [], [], {"encode_ms": encode_ms, "search_ms": 0.0, "rerank_ms": 0.0}
         for encoded in batches:
-            found = searcher.search(encoded, k=depth, method=method, **search_kwargs)
+            found = searcher.search(encoded, params.but(method=method))
             ids += found.ids
             scores += found.scores
             for key in ("search_ms", "rerank_ms"):

@@ -24,7 +24,8 @@ import numpy as np
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
-from densehybrid.index.search.filters import Filter, Selection
+from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
@@ -121,6 +122,10 @@ class Searcher:
         self.store: VectorStore = index.vector_store(device, float16=float16, engine=engine)
 
     @property
+    def name(self) -> str:
+        return self.index.name
+
+    @property
     def reranks(self) -> bool:
         """Whether this index has gates, i.e. a second stage changes the scores."""
         return self.spec.gated_dim > 0
@@ -214,10 +219,7 @@ class Searcher:
         """Whether the index's rows have a lexical and a dense part whose scores each hit reports."""
         return self.spec.kind in SCALED_KINDS
 
-    def search(self, queries: Encoded, *, k: int = 10, offset: int = 0, first_stage: FirstStage = "ip",
-               candidates: int = 1000, theta: float = 0.1, rerank: bool = True, lam: float | None = None,
-               method: str | None = None, dense_weight: float | None = None,
-               rrf_k: float | None = None, filter: Filter | None = None) -> SearchResults:
+    def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
         """Hits ``offset`` to ``offset + k`` per query (a page of the score-then-row order). ``candidates``
         (K1) is the first-stage depth when reranking, raised to ``offset + k``.
 
@@ -230,15 +232,17 @@ class Searcher:
         and ``rrf``, with ``rrf_k``, default the index's) take the union of each part's own top
         ``candidates`` (so up to twice as many rows) and score each part over it, so they need the rerank.
         """
+        k, offset, first_stage, candidates, theta, lam = (params.k, params.offset, params.first_stage,
+                                                          params.candidates, params.theta, params.lam)
         self._check(queries, k, first_stage, candidates, offset)
-        method = self.fusion_method(method, lam)
-        dense_weight = self.index.dense_weight if dense_weight is None else dense_weight
+        method = self.fusion_method(params.method, lam)
+        dense_weight = self.index.dense_weight if params.dense_weight is None else params.dense_weight
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
-        rrf_k = self.index.rrf_k if rrf_k is None else rrf_k
+        rrf_k = self.index.rrf_k if params.rrf_k is None else params.rrf_k
         if not (np.isfinite(rrf_k) and rrf_k >= 0):
             raise SearchError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
-        selection = None if filter is None else self.index.select(filter)
+        selection = None if params.filter is None else self.index.select(params.filter)
         selectivity = None if selection is None else selection.fraction
         if selection is not None and selection.everything:
             selection = None
@@ -253,7 +257,7 @@ class Searcher:
         scaled = self.scale(queries.values, lam)
         xq = self._part_query(scaled, method)
         gq = queries.gates if self.reranks else None
-        second = rerank and self.reranks
+        second = params.rerank and self.reranks
         ranked = min(n, offset + k)  # the hits a page is cut from
         depth = min(n, max(ranked, candidates) if second else ranked)
         fused = second and method in fusion.PER_QUERY_METHODS

@@ -20,6 +20,7 @@ from densehybrid.index.search.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_RRF_K
 if TYPE_CHECKING:
     from densehybrid.index.storage.documents import Document
     from densehybrid.index.search.filters import Filter, Selection
+    from densehybrid.index.search.params import SearchParams
     from densehybrid.index.search.vector_store import VectorStore
 
 
@@ -147,8 +148,9 @@ class ServedIndex(Protocol):
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         """Document ids of index rows, in the given order."""
 
-    def search(self, queries: Encoded, **params) -> SearchResults:
-        """Top ``k`` per query (the parameters of :meth:`densehybrid.index.search.searcher.Searcher.search`)."""
+    def search(self, queries: Encoded, params: SearchParams = ...) -> SearchResults:
+        """Hits ``params.offset`` to ``params.offset + params.k`` per query (as
+        :meth:`densehybrid.index.search.searcher.Searcher.search` finds them)."""
 
     def healthy(self) -> bool:
         """Whether the index answers now (a local one always does)."""

@@ -15,6 +15,7 @@ from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
@@ -75,8 +76,8 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
         half = on_gpu if float16 is None else float16
         return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)
 
-    def search(self, queries: Encoded, **params) -> SearchResults:
+    def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
         """A CPU search (for scripts and tests; a server builds its own searcher for its search device)."""
         if self._searcher is None:
             self._searcher = Searcher(self)
-        return self._searcher.search(queries, **params)
+        return self._searcher.search(queries, params)

@@ -152,8 +152,8 @@ class FoldWorker:
         self._stderr = tempfile.TemporaryFile()
         command = [sys.executable, "-m", "densehybrid.index.writes.compaction", str(os.getpid())]
         # niced from here, right after it starts (before its imports): a ``preexec_fn`` would make the
-        # server fork rather than vfork, copying its page tables while holding the GIL, which stalled
-        # every request thread for tens of milliseconds
+        # server fork rather than vfork, copying its page tables while holding the GIL, which stalls
+        # every request thread (docs/performance.md, "What each change measured")
         self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                        text=True)
         with contextlib.suppress(OSError):

@@ -2,7 +2,7 @@
 
 Between compactions the live state is the base generation (read only) and a
 :class:`~densehybrid.index.writes.delta.Delta` of the changes since; searches merge the two
-(``index.delta.merged_search``). States are immutable and swapped whole: a search reads one
+(``index.writes.merged.merged_search``). States are immutable and swapped whole: a search reads one
 consistent snapshot while writes and compactions build the next. Every change goes to the
 write-ahead log (:mod:`index.wal`) before it is applied; :meth:`LiveIndex.compact` folds the log
 into a new generation (:mod:`index.compaction`) while searches and writes go on.
@@ -20,10 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index.writes.delta import Delta, UnknownDocument, apply, contains, live_ids, merged_search
+from densehybrid.index.writes.delta import Delta, UnknownDocument, apply, contains
+from densehybrid.index.writes.merged import live_ids, merged_search
 from densehybrid.index.writes.compaction import FoldWorker
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.storage.files import load_index
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.served import ManifestView, SearchResults, ServedIndex, StoredIndex
 from densehybrid.index.writes.wal import Change, WriteAheadLog
@@ -121,10 +123,6 @@ class LiveIndex(ManifestView, ServedIndex):
     def pending_changes(self) -> int:
         return self._state.delta.changes
 
-    @property
-    def docs(self) -> LiveIndex:
-        return self
-
     def contains(self, doc_id: str) -> bool:
         state = self._state
         return contains(state.delta, state.base, doc_id)
@@ -171,9 +169,9 @@ class LiveIndex(ManifestView, ServedIndex):
         return _DeltaRows(state.base.spec, d.values16, d.gates, d.rows), row - state.base.count
 
     # -- search --
-    def search(self, queries: Encoded, **params) -> SearchResults:
+    def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
         state = self._state
-        return merged_search(state.searcher, state.delta, queries, **params)
+        return merged_search(state.searcher, state.delta, queries, params)
 
     # -- writes --
     def _commit(self, make_change: Callable[[int], Change], check: Callable[[_State], None] = lambda s: None) -> int:

@@ -1,0 +1,41 @@
+"""The parameters of one search, built once (from a request, a command line or a test) and handed down.
+
+Every layer that searches takes the same object: the service's search batcher (which groups
+concurrent searches by it, so it is frozen and hashable), a served index (``index.local``,
+``index.storage.milvus``, ``index.writes.live``), the delta merge and the searcher itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from densehybrid.index.search.filters import Filter
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchParams:
+    """Hits ``offset`` to ``offset + k`` per query, found with ``candidates`` (K1) first-stage rows.
+
+    ``first_stage``: ``ip`` or ``approx_gip`` (with ``theta``); ``rerank``: exact GIP of the candidates
+    (gated kinds); ``lam`` the dense part's weight (None: the index's); ``method`` the fusion of
+    ``dhr``/``fusion`` (``index.search.fusion``; None: the index's, or the raw λ sum when ``lam`` is
+    given), with ``dense_weight`` and ``rrf_k`` (None: the index's); ``filter`` an
+    ``index.search.filters`` node (hashable: equal filters search together)."""
+
+    k: int = 10
+    offset: int = 0
+    first_stage: str = "ip"
+    candidates: int = 1000
+    theta: float = 0.1
+    rerank: bool = True
+    lam: float | None = None
+    method: str | None = None
+    dense_weight: float | None = None
+    rrf_k: float | None = None
+    filter: Filter | None = None
+
+    def but(self, **changes) -> SearchParams:
+        """A copy with ``changes`` (``dataclasses.replace``)."""
+        return replace(self, **changes)
