@@ -1,8 +1,6 @@
-"""``densehybrid index build``, ``densehybrid search`` and ``densehybrid eval``: flags in, tables out.
+"""``densehybrid index build``, ``search`` and ``eval``: flags in, tables out; registered by ``cli/main.py``.
 
-Registered on the main app by ``cli/main.py`` via :func:`register`. The work
-itself is in ``index.build`` and ``index.commands``.
-"""
+The work itself is in ``index.building.build`` and ``index.building.commands``."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from rich.table import Table
 
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
+from densehybrid.cli.import_commands import VECTORS_DTYPE_OPTION
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.encoder.prompts import Prompts, PromptError
@@ -100,6 +99,7 @@ def index_build(
     default_prompt_name: Optional[str] = typer.Option(None, "--default-prompt-name",
                                                       help="the named prompt queries get (default: 'query')"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    vectors_dtype: str = VECTORS_DTYPE_OPTION,
     field: list[str] = typer.Option([], "--field", help="keep this field of each line's metadata object as a "
                                     "filterable payload column (repeatable; type inferred: keyword, integer, float, "
                                     "bool or keyword list)"),
@@ -112,7 +112,7 @@ def index_build(
                                                       "default 4 forwards)"),
     encoder: EncoderOptions = None,
 ) -> None:
-    """Encode a corpus and publish an index (manifest, Faiss, float16 values, uint8 gates, SQLite texts)."""
+    """Encode a corpus and publish an index (manifest, vectors, uint8 gates, SQLite texts)."""
     if not encoder.model:
         raise typer.BadParameter("--model is required")
     if ray_batch_size is not None and not ray:
@@ -121,7 +121,7 @@ def index_build(
                            lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None,
                            name=name, progress=not no_progress, fusion_method=fusion,
                            prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
-                           fields=tuple(field), fields_from_metadata=fields_from_metadata)
+                           fields=tuple(field), fields_from_metadata=fields_from_metadata, values_dtype=vectors_dtype)
     try:
         model = commands.load_model(encoder.config, encoder.device)
         start = time.perf_counter()

@@ -183,6 +183,11 @@ from densehybrid.cli import index_commands  # noqa: E402
 
 index_commands.register(app)
 
+# -- index import, index verify (cli/import_commands.py) --
+from densehybrid.cli import import_commands  # noqa: E402
+
+import_commands.register(index_commands.index_app)
+
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,4 +1,5 @@
-"""Index directory: loading verifies everything; damaged or foreign indexes are refused by name."""
+"""Index directory: loading checks sizes and layouts, verifying hashes every byte; damaged or foreign
+indexes are refused by name."""
 
 import dataclasses
 import json
@@ -13,7 +14,7 @@ from densehybrid.index import errors
 from densehybrid.index.storage import files
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
-from densehybrid.index.storage.files import check_compatible, load_index
+from densehybrid.index.storage.files import check_compatible, load_index, verify_index
 
 from support.fake_encoder import FakeEncoder
 
@@ -41,20 +42,27 @@ def test_load_exposes_everything(built):
     assert [d.id for d in index.docs.iter_rows(batch=7)] == index.doc_ids
     manifest = index.manifest
     assert manifest["format_version"] == files.FORMAT_VERSION and manifest["encoder"]["kind"] == "fusion"
-    assert set(manifest["files"]) == {"values.npy", "gates.npy", "first_stage.faiss", "doc_ids.json", "docs.sqlite"}
+    assert set(manifest["files"]) == {"vectors.faiss", "gates.npy", "doc_ids.json", "docs.sqlite"}
 
 
-@pytest.mark.parametrize("name", ["values.npy", "gates.npy", "first_stage.faiss", "doc_ids.json", "docs.sqlite"])
-def test_flipped_byte_is_refused_naming_the_file(built, name):
+@pytest.mark.parametrize("name", ["vectors.faiss", "gates.npy"])
+def test_flipped_byte_is_found_by_verify_not_at_load(built, name):
     path = built / name
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+    load_index(built)  # start-up reads no vector: sizes and layouts are intact, a flipped bit inside is not seen
     with pytest.raises(IndexLoadError, match=f"{name}.*checksum"):
-        load_index(built)
+        verify_index(built)
+    with pytest.raises(IndexLoadError, match=f"{name}.*checksum"):
+        load_index(built, checksums=True)
 
 
-@pytest.mark.parametrize("name", ["values.npy", "docs.sqlite"])
+def test_verify_passes_an_intact_index(built):
+    assert verify_index(built)["count"] == 40
+
+
+@pytest.mark.parametrize("name", ["vectors.faiss", "docs.sqlite"])
 def test_truncated_file_is_refused(built, name):
     path = built / name
     path.write_bytes(path.read_bytes()[:-10])
@@ -68,7 +76,7 @@ def test_truncated_file_is_refused_without_checksums(built):
         load_index(built, checksums=False)
 
 
-@pytest.mark.parametrize("name", ["values.npy", "docs.sqlite", "manifest.json"])
+@pytest.mark.parametrize("name", ["vectors.faiss", "docs.sqlite", "manifest.json"])
 def test_missing_file_is_refused(built, name):
     (built / name).unlink()
     with pytest.raises(IndexLoadError, match=f"{name}.*missing"):
@@ -90,7 +98,7 @@ def test_missing_directory_and_foreign_manifest(built, tmp_path):
 def test_manifest_count_that_lies_is_refused(built):
     manifest = json.loads((built / "manifest.json").read_text())
     (built / "manifest.json").write_text(json.dumps({**manifest, "count": 41}))
-    with pytest.raises(IndexLoadError, match="values.npy.*expected float16 \\(41, 896\\)"):
+    with pytest.raises(IndexLoadError, match="vectors.faiss.*41 rows of 896 float16"):
         load_index(built)
 
 

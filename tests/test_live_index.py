@@ -38,10 +38,12 @@ def check_same(live: LiveIndex, reference, encoder, **params):
     queries = encoder.encode(["alpha beta gamma", "sigma rho", "kappa lambda mu nu"], "query")
     got = live.search(queries, SearchParams(**params))
     want = Searcher(reference).search(queries, SearchParams(**params))
+    # a first stage alone scores written rows in float32 until a fold stores them as float16, as a build does
+    tol, digits = (2e-3, 2) if params.get("rerank") is False else (1e-4, 3)
     for g_ids, g_scores, w_ids, w_scores in zip(got.ids, got.scores, want.ids, want.scores):
-        np.testing.assert_allclose(g_scores, w_scores, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(g_scores, w_scores, rtol=tol, atol=tol)
         # equal scores may come in either order; the sets at each score must agree
-        assert sorted(zip(np.round(g_scores, 3), g_ids)) == sorted(zip(np.round(w_scores, 3), w_ids))
+        assert sorted(zip(np.round(g_scores, digits), g_ids)) == sorted(zip(np.round(w_scores, digits), w_ids))
 
 
 @pytest.mark.slow  # compactions in a child process: ~15 s a kind

@@ -107,10 +107,10 @@ def _recount(d: Path) -> None:
 
 
 DAMAGES = {
-    "truncated faiss": (lambda d: (d / "first_stage.faiss").write_bytes((d / "first_stage.faiss").read_bytes()[:999]),
-                        ["first_stage.faiss", "truncated"]),
+    "truncated vectors": (lambda d: (d / "vectors.faiss").write_bytes((d / "vectors.faiss").read_bytes()[:999]),
+                          ["vectors.faiss", "truncated"]),
     "missing manifest": (lambda d: (d / "manifest.json").unlink(), ["manifest.json", "missing"]),
-    "count that lies": (_recount, ["values.npy"]),
+    "count that lies": (_recount, ["vectors.faiss"]),
 }
 
 

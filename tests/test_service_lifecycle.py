@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.index.storage.files import VALUES
+from densehybrid.index.storage.vectors import VECTORS
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
@@ -44,14 +44,12 @@ def test_serve_refuses_a_corrupted_index_with_a_clear_message(index_dir, tmp_pat
     broken.mkdir()
     for f in index_dir.iterdir():
         (broken / f.name).write_bytes(f.read_bytes())
-    values = broken / VALUES
-    data = bytearray(values.read_bytes())
-    data[-1] ^= 0xFF
-    values.write_bytes(bytes(data))
+    vectors = broken / VECTORS  # truncated: start-up checks sizes (a flipped bit is for `index verify`)
+    vectors.write_bytes(vectors.read_bytes()[:-10])
     result = cli("serve", "--index", str(broken), "--port", "0")
     assert result.returncode == 2
     message = " ".join(result.stdout.split())
-    assert "cannot load index" in message and VALUES in message
+    assert "cannot load index" in message and VECTORS in message
 
 
 @pytest.mark.slow  # a `densehybrid serve` process

@@ -30,6 +30,7 @@ from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
 from densehybrid.index.storage.payload import Payload, PayloadBuilder, PayloadError
+from densehybrid.index.storage.vectors import VECTORS, open_vectors
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: faiss_engine.PQConfig | None = None
+    # the element type of the one stored copy of the vectors (index.storage.vectors): float16 or float32
+    values_dtype: str = "float16"
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion);
     # "auto": chosen from the corpus at the end of the build (index.building.fusion_auto)
     fusion_method: str = "lambda"
@@ -123,13 +126,20 @@ def _encode_shards(encode_shard: ShardEncoder, corpus: Path, work: Path, options
             number += 1
 
 
+def _staged_rows(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[np.ndarray, np.ndarray | None]:
+    """The staged index's stored vectors and gates, memory-mapped."""
+    _, values = open_vectors(staged / VECTORS, count=documents.DocTable(staged / documents.DOCS).count(),
+                             dim=encoder.spec.dim, dtype=options.values_dtype)
+    gates = np.load(staged / files.GATES, mmap_mode="r") if encoder.spec.gated_dim else None
+    return values, gates
+
+
 def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[float, dict]:
     if options.lam is None:
         return encoder.spec.lam, {"method": "model"}
     if options.lam != "auto":
         return float(options.lam), {"method": "fixed"}
-    values = np.load(staged / files.VALUES, mmap_mode="r")
-    gates = np.load(staged / files.GATES, mmap_mode="r") if encoder.spec.gated_dim else None
+    values, gates = _staged_rows(encoder, staged, options)
     texts = [passage_text(d) for d in documents.DocTable(staged / documents.DOCS).iter_rows()]
     return lambda_auto.choose(encoder, texts, values, gates, query_prompt=options.prompts.for_role("query"))
 
@@ -138,8 +148,7 @@ def _auto_fusion(encoder: Encoder, staged: Path, options: BuildOptions, fusion_i
     """``fusion_info`` with the corpus's own mix added when the build asked for ``auto``."""
     if fusion_info.get("fusion", {}).get("method") != "auto":
         return fusion_info
-    values = np.load(staged / files.VALUES, mmap_mode="r")
-    gates = np.load(staged / files.GATES, mmap_mode="r")
+    values, gates = _staged_rows(encoder, staged, options)
     docs = list(documents.DocTable(staged / documents.DOCS).iter_rows())
     chosen = fusion_auto.choose(encoder, docs, values, gates, query_prompt=options.prompts.for_role("query"),
                                 passage_prompt=options.prompts.for_role("passage"))
@@ -184,7 +193,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
             return encode_passages(encoder, texts, options.batch_size, on_batch)
     _encode_shards(encode_shard, corpus, work, options, total)
     spec = encoder.spec
-    staged = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq)
+    staged, first_stage = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq,
+                                          values_dtype=options.values_dtype)
     lam, lam_info = _lambda(encoder, staged, options)
     fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
     fields_info = {}
@@ -192,8 +202,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         payload.write(staged)
         fields_info = {"fields": payload.schema}
     files.write_manifest(
-        staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
-        first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
+        staged, name=options.name or out.name, spec=spec, count=total, lam=lam, first_stage=first_stage,
+        values_dtype=options.values_dtype,
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
                **fusion_info, **prompts_record(options.prompts), **fields_info},
@@ -206,7 +216,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
-                      shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None) -> Path:
+                      shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None,
+                      values_dtype: str = "float16") -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
     ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)
@@ -221,7 +232,8 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
     for number, s in enumerate(range(0, len(docs), shard_size)):
         part = encoded[s:s + shard_size]
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
-    staged = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq)
+    staged, first_stage = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq,
+                                          values_dtype=values_dtype)
     fields_info = {}
     if payload is not None and payload.columns:
         if payload.count != len(docs):
@@ -229,7 +241,7 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         payload.write(staged)
         fields_info = {"fields": payload.schema}
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
-                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
+                         first_stage=first_stage, values_dtype=values_dtype,
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})
     files.publish(staged, out)
     shards.finish(work)

@@ -19,13 +19,13 @@ import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.storage.files import GATES, VALUES, write_doc_ids, write_faiss
+from densehybrid.index.building.first_stage import write_vectors_and_first_stage
+from densehybrid.index.storage.files import GATES, VALUES, write_doc_ids
 
 STATE = "build.json"
 _SHARD_NAME = re.compile(r"^\d{5}$")
@@ -99,13 +99,16 @@ def iter_shard_docs(work: Path) -> Iterator[Document]:
                 yield Document(*json.loads(line))
 
 
-def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engine.PQConfig | None) -> Path:
-    """Concatenate the shards into ``work/index`` (everything but the manifest); returns that directory."""
+def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engine.PQConfig | None,
+             values_dtype: str = "float16") -> tuple[Path, dict]:
+    """Concatenate the shards into ``work/index`` (everything but the manifest) -> (that directory,
+    the manifest's ``first_stage`` entry)."""
     staged = work / "index"
     if staged.exists():
         shutil.rmtree(staged)
     staged.mkdir()
-    _concat(work, staged / VALUES, VALUES, np.float16, (count, dim))
+    first_stage = write_vectors_and_first_stage(staged, iter_shard_arrays(work, VALUES), count=count, dim=dim,
+                                                values_dtype=values_dtype, pq=pq)
     if gated_dim:
         _concat(work, staged / GATES, GATES, np.uint8, (count, gated_dim))
     doc_ids = [d.id for d in iter_shard_docs(work)]
@@ -115,42 +118,19 @@ def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engi
         raise IndexWriteError(f"corpus: document id {dup!r} occurs more than once")
     write_doc_ids(staged, doc_ids)
     write_docs(staged, iter_shard_docs(work))
-    write_faiss(staged, _first_stage(work, dim, count, pq))
-    return staged
+    return staged, first_stage
 
 
 def _concat(work: Path, target: Path, name: str, dtype, shape: tuple[int, int]) -> None:
     out = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=shape)
     at = 0
     for part in iter_shard_arrays(work, name):
-        converted = part.astype(dtype)
-        if dtype == np.float16 and not np.isfinite(converted).all():
-            raise IndexWriteError(f"{target}: values overflow float16 (|x| > 65504) in rows {at}..{at + len(part)}")
-        out[at:at + len(part)] = converted
+        out[at:at + len(part)] = part.astype(dtype)
         at += len(part)
     if at != shape[0]:
         raise IndexWriteError(f"{work}: shards hold {at} rows, expected {shape[0]}")
     out.flush()
     del out
-
-
-def _first_stage(work: Path, dim: int, count: int, pq: faiss_engine.PQConfig | None) -> faiss.Index:
-    index = faiss_engine.new_index(dim, pq)
-    if pq is not None:
-        faiss_engine.train(index, _rows(work, faiss_engine.train_sample(count, pq)), pq)
-    for part in iter_shard_arrays(work, VALUES):
-        index.add(np.ascontiguousarray(part, dtype=np.float32))
-    return index
-
-
-def _rows(work: Path, rows: np.ndarray) -> np.ndarray:
-    """Rows (sorted) gathered across shards as float32."""
-    out, at = [], 0
-    for part in iter_shard_arrays(work, VALUES):
-        local = rows[(rows >= at) & (rows < at + len(part))] - at
-        out.append(np.asarray(part[local], dtype=np.float32))
-        at += len(part)
-    return np.concatenate(out)
 
 
 def finish(work: Path) -> None:

@@ -78,6 +78,11 @@ def first_stage_description(index: faiss.Index) -> str:
     return "pq" if isinstance(index, faiss.IndexPQ) else "flat_ip"
 
 
+def exact(index: faiss.Index) -> bool:
+    """A flat index over the stored rows (float32 IndexFlat or float16 scalar quantizer): it takes ID selectors."""
+    return isinstance(index, (faiss.IndexFlat, faiss.IndexScalarQuantizer))
+
+
 @contextlib.contextmanager
 def omp_threads(n: int):
     """Run a block with ``n`` OpenMP threads in the calling thread.
@@ -119,7 +124,7 @@ def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) ->
     IndexPQ takes no selector, so the kept rows are decoded and scored against the query (the
     inner product with the decoded vector is the PQ score).
     """
-    if isinstance(index, faiss.IndexFlat):
+    if exact(index):
         bits = np.packbits(mask, bitorder="little")
         selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
         scores, rows = search(index, xq, k, faiss.SearchParameters(sel=selector))

@@ -67,6 +67,11 @@ class DocTable:
 
 def write_docs(directory: Path, docs: Iterable[Document]) -> None:
     """The table, written in one transaction so equal inputs give equal bytes."""
+    write_docs_at(directory, enumerate(docs))
+
+
+def write_docs_at(directory: Path, rows: Iterable[tuple[int, Document]]) -> None:
+    """The table from (row, document) pairs in any order (an import's corpus need not follow its rows)."""
     path = directory / DOCS
     if path.exists():
         path.unlink()
@@ -76,6 +81,6 @@ def write_docs(directory: Path, docs: Iterable[Document]) -> None:
         conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")
         with conn:
             conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
-                             ((i, d.id, d.title, d.text) for i, d in enumerate(docs)))
+                             ((i, d.id, d.title, d.text) for i, d in rows))
     finally:
         conn.close()

@@ -3,10 +3,11 @@
 Layout of a published index::
 
     manifest.json   format version, encoder spec, count, dims, dtypes, λ, first stage,
-                    creation time, and size + sha256 of every other file
-    values.npy      (N, dim) float16, memory-mapped on load (rerank, explain)
+                    creation time, where the vectors came from, and size + sha256 of every other file
+    vectors.faiss   the one copy of the (N, dim) rows: a flat Faiss index (float16 by default, float32
+                    by choice) that the exact first stage and the rerank both memory-map (``index.vectors``)
     gates.npy       (N, gated_dim) uint8, only for gated kinds
-    first_stage.faiss   IndexFlatIP over float32 values (or IndexPQ)
+    first_stage.faiss   only for an approximate first stage (IndexPQ)
     doc_ids.json    ids in row order
     docs.sqlite     table docs(row, id, title, text)
     fields.npz      typed payload columns (``index.payload``), only when the manifest lists ``fields``
@@ -14,7 +15,12 @@ Layout of a published index::
 Writers put files into a directory (the texts through ``index.documents``) and call :func:`write_manifest` last;
 :func:`publish` renames the finished directory into place. :func:`load_index`
 checks everything before anything is served and raises :class:`IndexLoadError`
-naming the file and the problem.
+naming the file and the problem. It checks sizes, shapes and layouts, reading no vector:
+the sha256 of every byte is computed when an index is written and checked on demand by
+:func:`verify_index` (``densehybrid index verify``).
+
+Format version 1 (``values.npy`` float16 beside a float32 ``first_stage.faiss``) still loads,
+both files memory-mapped; rebuild or re-import it to drop the second copy.
 """
 
 from __future__ import annotations
@@ -34,25 +40,23 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
+from densehybrid.index.storage.compatibility import check_compatible, check_identity_files  # noqa: F401 (their old home)
 from densehybrid.index.storage.documents import DOCS, DocTable
-from densehybrid.index.errors import IndexLoadError, IndexMismatchError, IndexWriteError
+from densehybrid.index.errors import IndexLoadError, IndexWriteError
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.payload import PAYLOAD, Payload, load_payload
+from densehybrid.index.storage.vectors import MMAP, VECTORS, VectorFileError, open_vectors
 
 log = logging.getLogger(__name__)
 
 FORMAT = "densehybrid-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 VALUES = "values.npy"
 GATES = "gates.npy"
 FIRST_STAGE = "first_stage.faiss"
 DOC_IDS = "doc_ids.json"
-# spec fields that must agree between an index and the encoder serving it
-COMPATIBILITY_FIELDS = ("kind", "dim", "gated_dim", "skip_mlm", "lexical", "agg_dim", "dlr_dim",
-                        "pooling", "normalize", "vocab_size", "weights_hash")
-
-
 # -- writing -----------------------------------------------------------------------------
 
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
@@ -71,7 +75,7 @@ COMPUTED_MANIFEST_KEYS = frozenset({"format", "format_version", "name", "created
 
 
 def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int, lam: float,
-                   first_stage: dict, extra: dict | None = None) -> dict:
+                   first_stage: dict, extra: dict | None = None, values_dtype: str = "float16") -> dict:
     """Checksum every other file in ``directory`` and write the manifest (last)."""
     files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != MANIFEST)
     manifest = {
@@ -82,7 +86,7 @@ def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int,
         "count": count,
         "dim": spec.dim,
         "gated_dim": spec.gated_dim,
-        "dtypes": {"values": "float16", **({"gates": "uint8"} if spec.gated_dim else {})},
+        "dtypes": {"values": values_dtype, **({"gates": "uint8"} if spec.gated_dim else {})},
         "lam": float(lam),
         "first_stage": first_stage,
         "encoder": spec.to_dict(),
@@ -131,18 +135,27 @@ def read_manifest(directory: Path) -> dict:
         raise _fail(path, f"unreadable manifest ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _fail(path, f"not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise _fail(path, f"format version {manifest.get('format_version')!r} is not supported (expected {FORMAT_VERSION})")
+    if manifest.get("format_version") not in READABLE_VERSIONS:
+        raise _fail(path, f"format version {manifest.get('format_version')!r} is not supported "
+                          f"(this release reads {', '.join(map(str, READABLE_VERSIONS))})")
     missing = {"name", "count", "dim", "gated_dim", "lam", "encoder", "files", "first_stage"} - set(manifest)
     if missing:
         raise _fail(path, f"manifest lacks fields {sorted(missing)}")
     return manifest
 
 
-def verify_files(directory: Path, manifest: dict, *, checksums: bool = True) -> None:
-    """Every listed file exists with its size (and sha256); required files are listed."""
+def required_files(manifest: dict) -> set[str]:
+    if manifest["format_version"] == 1:
+        vectors = {VALUES, FIRST_STAGE}
+    else:
+        vectors = {VECTORS} | ({FIRST_STAGE} if manifest["first_stage"].get("type") != "flat_ip" else set())
+    return vectors | {DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
+
+
+def verify_files(directory: Path, manifest: dict, *, checksums: bool = False) -> None:
+    """Every listed file exists with its size (and, with ``checksums``, its sha256); required files are listed."""
     listed = manifest["files"]
-    required = {VALUES, FIRST_STAGE, DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
+    required = required_files(manifest)
     required |= {PAYLOAD} if manifest.get("fields") else set()
     missing = sorted(required - set(listed))
     if missing:
@@ -170,7 +183,7 @@ def _load_array(path: Path, dtype: str, shape: tuple[int, int]) -> np.ndarray:
 
 def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
     try:
-        index = faiss.read_index(str(path))
+        index = faiss.read_index(str(path), MMAP)
     except RuntimeError as exc:
         raise _fail(path, f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
     if index.ntotal != count or index.d != dim:
@@ -209,11 +222,34 @@ def _load_payload(directory: Path, manifest: dict, count: int) -> Payload:
         raise _fail(directory / PAYLOAD, f"unreadable payload columns ({exc})") from exc
 
 
-def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles:
-    """Open and verify an index directory (manifest, sizes, sha256, shapes, counts).
+def _load_vectors(directory: Path, manifest: dict, count: int, dim: int) -> tuple[faiss.Index, np.ndarray]:
+    """-> (the first stage, the (count, dim) rows), both memory-mapped."""
+    if manifest["format_version"] == 1:
+        return _load_faiss(directory / FIRST_STAGE, count, dim), _load_array(directory / VALUES, "float16", (count, dim))
+    dtype = manifest.get("dtypes", {}).get("values", "float16")
+    try:
+        flat, values = open_vectors(directory / VECTORS, count=count, dim=dim, dtype=dtype)
+    except (VectorFileError, ValueError) as exc:
+        raise _fail(directory / VECTORS, str(exc)) from exc
+    if manifest["first_stage"].get("type") == "flat_ip":
+        return flat, values
+    return _load_faiss(directory / FIRST_STAGE, count, dim), values
 
-    ``checksums=False`` skips hashing (sizes, shapes and counts are still checked),
-    for very large indexes whose files were verified when copied.
+
+def verify_index(path: str | os.PathLike) -> dict:
+    """The full check: every file's sha256 against the manifest (reads every byte), then a load -> manifest."""
+    directory = Path(path)
+    manifest = read_manifest(directory)
+    verify_files(directory, manifest, checksums=True)
+    load_index(directory)
+    return manifest
+
+
+def load_index(path: str | os.PathLike, *, checksums: bool = False) -> IndexFiles:
+    """Open an index directory, checking manifest, file sizes, shapes, counts and layouts.
+
+    No vector is read: the arrays are memory maps. ``checksums=True`` also hashes every file
+    (as :func:`verify_index` does), which reads the whole index.
     """
     directory = Path(path)
     manifest = read_manifest(directory)
@@ -229,49 +265,15 @@ def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles
     count, dim, gated = int(manifest["count"]), int(manifest["dim"]), int(manifest["gated_dim"])
     if (dim, gated) != (spec.dim, spec.gated_dim):
         raise _fail(directory / MANIFEST, f"dims {dim}/{gated} disagree with the encoder spec {spec.dim}/{spec.gated_dim}")
-    values = _load_array(directory / VALUES, "float16", (count, dim))
+    first_stage, values = _load_vectors(directory, manifest, count, dim)
     gates = _load_array(directory / GATES, "uint8", (count, gated)) if gated else None
     index = IndexFiles(
         path=directory, manifest=manifest, spec=spec,
         doc_ids=_load_doc_ids(directory / DOC_IDS, count),
         values=values, gates=gates,
-        faiss=_load_faiss(directory / FIRST_STAGE, count, dim),
+        faiss=first_stage,
         docs=_open_docs(directory / DOCS, count),
         payload=_load_payload(directory, manifest, count),
     )
     log.info("loaded index %s: %d documents, kind %s, dim %d (gated %d)", index.name, count, spec.kind, dim, gated)
     return index
-
-
-def check_compatible(index_spec: EncoderSpec, model_spec: EncoderSpec) -> None:
-    """Raise :class:`IndexMismatchError` naming the first field where the model differs from the index."""
-    for name in COMPATIBILITY_FIELDS:
-        want, got = getattr(index_spec, name), getattr(model_spec, name)
-        if want != got:
-            raise IndexMismatchError(f"model does not match the index: {name} is {got!r} for the model "
-                                     f"but {want!r} for the index")
-    check_identity_files(index_spec.identity_files, model_spec.identity_files)
-
-
-def check_identity_files(index_files: dict[str, str], model_files: dict[str, str]) -> None:
-    """Refuse a model whose tokenizer or config files differ from those the index was built with.
-
-    Indexes written before these digests were recorded have none: they still load, with a warning.
-    """
-    if not index_files:
-        if model_files:
-            log.warning("the index records no tokenizer/config digests (built before they were locked): "
-                        "a changed tokenizer cannot be detected; rebuild the index to lock them")
-        return
-    for name in sorted(set(index_files) | set(model_files)):
-        want, got = index_files.get(name), model_files.get(name)
-        if want == got:
-            continue
-        if got is None:
-            change = "is missing from the model"
-        elif want is None:
-            change = "is new in the model"
-        else:
-            change = f"changed (sha256 {got[:12]} for the model, {want[:12]} for the index)"
-        raise IndexMismatchError(f"model does not match the index: tokenizer/config file {name} {change}; "
-                                 "serve the model the index was built with, or rebuild the index")

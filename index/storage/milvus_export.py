@@ -105,8 +105,8 @@ def _source_identity(index: IndexFiles) -> dict:
 
 
 def _exact_vectors(index: IndexFiles, start: int, stop: int) -> np.ndarray:
-    """Rows ``start:stop`` of the first stage as float32 (the exact vectors the local FlatIP scores)."""
-    return np.asarray(index.faiss.reconstruct_n(start, stop - start), dtype=np.float32)
+    """Rows ``start:stop`` as float32 (the exact vectors the local flat first stage scores)."""
+    return np.asarray(index.values[start:stop], dtype=np.float32)
 
 
 def _entities(index: IndexFiles, start: int, stop: int) -> list[dict]:
@@ -145,7 +145,7 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     and the export continues from there. The record is marked complete last; loading
     refuses a collection whose export has not finished.
     """
-    if type(index.faiss).__name__ != "IndexFlatIP":
+    if index.manifest["first_stage"].get("type") != "flat_ip":
         raise IndexAccessError(f"{index.path}: export needs the exact flat_ip first stage (this index has "
                               f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()

@@ -27,7 +27,6 @@ import threading
 import time
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from densehybrid.index import errors
@@ -50,10 +49,7 @@ def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
 
 
 def _base_values(base: IndexFiles, rows: np.ndarray) -> np.ndarray:
-    """float32 values of base ``rows``: exact from a flat Faiss index, else the stored float16."""
-    if isinstance(base.faiss, faiss.IndexFlat) and len(rows):
-        first = int(rows[0])
-        return base.faiss.reconstruct_n(first, int(rows[-1]) - first + 1)[rows - first]
+    """float32 values of base ``rows``, from the one stored copy."""
     return np.asarray(base.values[rows], dtype=np.float32)
 
 
@@ -85,15 +81,16 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
         shards.write_shard(work, number, values, gates, written)
     count = len(keep) + len(delta)
     spec = base.spec
-    staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
-                             pq=_pq_config(base.manifest["first_stage"]))
+    values_dtype = str(base.values.dtype)
+    staged, first_stage = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
+                                          pq=_pq_config(base.manifest["first_stage"]), values_dtype=values_dtype)
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
         rows = base.field_values(keep, list(schema)) + [d.fields for d in written]
         Payload.from_rows(schema, rows).write(staged)
     extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
-                         first_stage=base.manifest["first_stage"], extra={**extra, "writes": {"applied_seq": applied_seq}})
+                         first_stage=first_stage, values_dtype=values_dtype, extra={**extra, "writes": {"applied_seq": applied_seq}})
     _fsync_tree(staged)
     files.publish(staged, out, overwrite=True)
     fsync_directory(out.parent)
