@@ -178,14 +178,23 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
     params = SearchParams(k, body.first_stage, candidates, body.theta, body.rerank, body.lam, body.fusion,
-                          body.offset, body.rrf_k, filter=search_filter(index, body))
+                          body.offset, body.rrf_k, filter=search_filter(index, body), ef_search=body.ef_search)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
     if per_query is None:
         per_query = [[] for _ in texts]
     return {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
-            "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind}}
+            "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind,
+                      "first_stage": answered_by(index, body.ef_search)}}
+
+
+def answered_by(index, ef_search: int | None) -> dict:
+    """The first stage that answered: its type and, for a graph, the breadth the search used."""
+    first_stage = index.first_stage
+    if "ef_search" in first_stage and ef_search is not None:
+        first_stage = {**first_stage, "ef_search": ef_search}
+    return first_stage
 
 
 def search_filter(index, body):
@@ -226,9 +235,11 @@ def info(rt: Runtime) -> dict:
                   "device": rt.encoder.device, "backend": rt.encoder.backend, "max_query_length": spec.max_query_length,
                   "max_passage_length": spec.max_passage_length, "truncation": TRUNCATION_NOTE},
         "index": None if index is None else {"name": index.name, "documents": index.count,
-                                             "dim": spec.dim, "lam": float(index.lam), "fields": index.field_types},
+                                             "dim": spec.dim, "lam": float(index.lam), "fields": index.field_types,
+                                             "first_stage": index.first_stage},
         "search_lambda": None if index is None else float(index.lam),
-        "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_request_texts": s.max_request_texts,
+        "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_ef_search": s.max_ef_search,
+                   "max_request_texts": s.max_request_texts,
                    "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,
                    "max_explain_hits": s.max_explain_hits, "max_explain_terms": s.max_explain_terms,
                    "max_return_text_bytes": s.max_return_text_bytes,

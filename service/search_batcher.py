@@ -44,6 +44,7 @@ class SearchParams:
     offset: int = 0
     rrf_k: float | None = None
     filter: object | None = None  # an index.filters node (hashable: equal filters search together)
+    ef_search: int | None = None  # the graph breadth of an hnsw first stage (None: the index's)
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ class SearchBatcher:
         found = self.searcher.search(Encoded.concat([j.queries for j in jobs]), k=params.k,
                                      first_stage=params.first_stage, candidates=params.candidates, theta=params.theta,
                                      rerank=params.rerank, lam=params.lam, method=params.method,
-                                     offset=params.offset, rrf_k=params.rrf_k,
+                                     offset=params.offset, rrf_k=params.rrf_k, ef_search=params.ef_search,
                                      **({} if params.filter is None else {"filter": params.filter}))
         total = len(found.ids)
         search_ms, rerank_ms = float(found.timing.get("search_ms", 0.0)), float(found.timing.get("rerank_ms", 0.0))

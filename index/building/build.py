@@ -24,9 +24,10 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, files
 from densehybrid.index.search import fusion
-from densehybrid.index.building import lambda_auto, shards
+from densehybrid.index.building import ann as ann_writer, lambda_auto, shards
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
+from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
 from densehybrid.index.storage.payload import Payload, PayloadBuilder, PayloadError
@@ -41,6 +42,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: faiss_engine.PQConfig | None = None
+    # an approximate first stage (an HNSW graph beside the exact rows); None: the exact flat scan
+    ann: HNSWConfig | None = None
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion)
     fusion_method: str = "lambda"
     # put before each passage (and recorded, so that queries get the query prompt at search time)
@@ -147,6 +150,18 @@ def fusion_record(spec: EncoderSpec, method: str) -> dict:
     return {"fusion": {"method": method, "dense_weight": fusion.DEFAULT_DENSE_WEIGHT, "rrf_k": fusion.DEFAULT_RRF_K}}
 
 
+def check_first_stage(pq: faiss_engine.PQConfig | None, ann: HNSWConfig | None) -> None:
+    if pq is not None and ann is not None:
+        raise ValueError("PQ and HNSW are two first stages: choose one (--pq with --ann flat, or --ann hnsw)")
+
+
+def first_stage_record(staged: Path, pq: faiss_engine.PQConfig | None, ann: HNSWConfig | None) -> dict:
+    """The manifest's ``first_stage``, after writing the HNSW graph over the staged rows when ``ann`` asks."""
+    if ann is not None:
+        return ann_writer.write_ann(np.load(staged / files.VALUES, mmap_mode="r"), staged, ann)
+    return pq.to_dict() if pq else {"type": "flat_ip"}
+
+
 def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: BuildOptions = BuildOptions(), *,
                 encode_shard: ShardEncoder | None = None, engine: dict | None = None) -> Path:
     """Build and publish an index of ``corpus`` at ``out``; returns ``out``.
@@ -160,6 +175,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     fusion_info = fusion_record(encoder.spec, options.fusion_method)
+    check_first_stage(options.pq, options.ann)
     # read first: a field whose type changes halfway through the corpus fails before any encoding
     payload = (read_payload(corpus, None if options.fields_from_metadata else options.fields)
                if options.fields or options.fields_from_metadata else None)
@@ -179,7 +195,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         fields_info = {"fields": payload.schema}
     files.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam,
-        first_stage=options.pq.to_dict() if options.pq else {"type": "flat_ip"},
+        first_stage=first_stage_record(staged, options.pq, options.ann),
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
                **fusion_info, **prompts_record(options.prompts), **fields_info},
@@ -192,7 +208,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
-                      shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None) -> Path:
+                      shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None,
+                      ann: HNSWConfig | None = None) -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
     ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)
@@ -200,6 +217,7 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         raise IndexWriteError(f"{out}: already exists")
     if len(encoded) != len(docs) or encoded.values.shape[1] != spec.dim:
         raise ValueError(f"{len(encoded)} vectors of dim {encoded.values.shape[1]} for {len(docs)} docs, spec dim {spec.dim}")
+    check_first_stage(pq, ann)
     work = shards.work_dir(out)
     shards.start(work, {"encoder": spec.to_dict(), "from": "arrays"}, resume=False)
     for number, s in enumerate(range(0, len(docs), shard_size)):
@@ -213,7 +231,7 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         payload.write(staged)
         fields_info = {"fields": payload.schema}
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
-                         first_stage=pq.to_dict() if pq else {"type": "flat_ip"},
+                         first_stage=first_stage_record(staged, pq, ann),
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})
     files.publish(staged, out)
     shards.finish(work)

@@ -121,6 +121,11 @@ class Searcher:
         self.store: VectorStore = index.vector_store(device, float16=float16, engine=engine)
 
     @property
+    def first_stage(self) -> str:
+        """What answers a first stage ``ip``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate)."""
+        return self.store.first_stage
+
+    @property
     def reranks(self) -> bool:
         """Whether this index has gates, i.e. a second stage changes the scores."""
         return self.spec.gated_dim > 0
@@ -149,15 +154,17 @@ class Searcher:
             raise IndexMismatchError(f"the index needs query gates of {self.spec.gated_dim} dims")
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float,
-                     selection: Selection | None = None):
-        # a filter's rows are passed only when it drops some: the unfiltered calls stay as they were
+                     selection: Selection | None = None, ef_search: int | None = None):
+        # a filter's rows only when it drops some; a graph breadth only to a store that walks a graph
         kept = {} if selection is None else {"selection": selection}
+        kept |= {"ef_search": ef_search} if ef_search is not None and self.first_stage == "hnsw" else {}
         if first_stage == "approx_gip":
             return self.store.approx_gip(xq, gq, theta, depth, **kept)
         return self.store.inner_product(xq, depth, **kept)
 
     def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                            theta: float, selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
+                            theta: float, selection: Selection | None = None, ef_search: int | None = None
+                            ) -> tuple[np.ndarray, np.ndarray]:
         """The first stage's top ``depth`` in the one order of every engine: score, then row.
 
         Which rows of a run of equal scores make the cut is each engine's choice (Faiss, torch and
@@ -168,11 +175,11 @@ class Searcher:
         """
         n = self.index.count if selection is None else selection.count
         probe = min(n, depth + 1)
-        scores, rows = self._first_stage(xq, gq, first_stage, probe, theta, selection)
+        scores, rows = self._first_stage(xq, gq, first_stage, probe, theta, selection, ef_search)
         if probe > depth and _tied_at_cut(scores, rows, depth):
             wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
             if wider > probe:
-                scores, rows = self._first_stage(xq, gq, first_stage, wider, theta, selection)
+                scores, rows = self._first_stage(xq, gq, first_stage, wider, theta, selection, ef_search)
         return scores[:, :depth], rows[:, :depth]
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
@@ -186,7 +193,8 @@ class Searcher:
         return lexical if method == "lexical" else dense
 
     def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                                theta: float, selection: Selection | None = None) -> np.ndarray:
+                                theta: float, selection: Selection | None = None,
+                                ef_search: int | None = None) -> np.ndarray:
         """Candidate rows (Q, ≤ 2·depth) of a normalised fusion: the union of each part's own top ``depth``.
 
         The λ sum's top list is mostly the lexical part's (its scores are the larger), so it loses
@@ -196,8 +204,9 @@ class Searcher:
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         # one row past the cut shows whether the cut runs through tied scores (see _above_the_cut)
         probe = min(depth + 1, self.index.count if selection is None else selection.count)
-        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta, selection), depth)
-        dense_rows = _above_the_cut(*self._first_stage(dense, None, "ip", probe, theta, selection), depth)
+        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta, selection, ef_search),
+                                      depth)
+        dense_rows = _above_the_cut(*self._first_stage(dense, None, "ip", probe, theta, selection, ef_search), depth)
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
@@ -217,13 +226,16 @@ class Searcher:
     def search(self, queries: Encoded, *, k: int = 10, offset: int = 0, first_stage: FirstStage = "ip",
                candidates: int = 1000, theta: float = 0.1, rerank: bool = True, lam: float | None = None,
                method: str | None = None, dense_weight: float | None = None,
-               rrf_k: float | None = None, filter: Filter | None = None) -> SearchResults:
+               rrf_k: float | None = None, filter: Filter | None = None, ef_search: int | None = None) -> SearchResults:
         """Hits ``offset`` to ``offset + k`` per query (a page of the score-then-row order). ``candidates``
         (K1) is the first-stage depth when reranking, raised to ``offset + k``.
 
         ``filter`` (``index.filters``) keeps only the rows it matches, before any top-k: every stage
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
+
+        ``ef_search`` is the graph breadth of an ``hnsw`` first stage (default: the index's); exact first
+        stages ignore it.
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
@@ -259,11 +271,11 @@ class Searcher:
         fused = second and method in fusion.PER_QUERY_METHODS
         start = time.perf_counter()
         if fused:
-            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta, selection)
+            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta, selection, ef_search)
         elif second:
-            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta, selection)
+            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta, selection, ef_search)
         else:
-            scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta, selection)
+            scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta, selection, ef_search)
         search_ms = _ms(start)
         start = time.perf_counter()
         if fused:

@@ -7,6 +7,8 @@ Layout of a published index::
     values.npy      (N, dim) float16, memory-mapped on load (rerank, explain)
     gates.npy       (N, gated_dim) uint8, only for gated kinds
     first_stage.faiss   IndexFlatIP over float32 values (or IndexPQ)
+    first_stage.hnsw.faiss  an HNSW graph over 8-bit or float16 codes, only when the manifest's
+                    first stage is ``hnsw`` (``index.engines.hnsw_engine``)
     doc_ids.json    ids in row order
     docs.sqlite     table docs(row, id, title, text)
     fields.npz      typed payload columns (``index.payload``), only when the manifest lists ``fields``
@@ -34,6 +36,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
+from densehybrid.index.engines import hnsw_engine
 from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError, IndexWriteError
 from densehybrid.index.storage.local import IndexFiles
@@ -144,6 +147,7 @@ def verify_files(directory: Path, manifest: dict, *, checksums: bool = True) -> 
     listed = manifest["files"]
     required = {VALUES, FIRST_STAGE, DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
     required |= {PAYLOAD} if manifest.get("fields") else set()
+    required |= {hnsw_engine.ANN_FILE} if hnsw_engine.is_hnsw(manifest["first_stage"]) else set()
     missing = sorted(required - set(listed))
     if missing:
         raise _fail(directory / MANIFEST, f"does not list required files {missing}")
@@ -176,6 +180,17 @@ def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
     if index.ntotal != count or index.d != dim:
         raise _fail(path, f"holds {index.ntotal} vectors of {index.d} dims, expected {count} of {dim}")
     return index
+
+
+def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> faiss.Index | None:
+    if not hnsw_engine.is_hnsw(manifest["first_stage"]):
+        return None
+    path = directory / hnsw_engine.ANN_FILE
+    try:
+        hnsw_engine.HNSWConfig.from_dict(manifest["first_stage"])
+        return hnsw_engine.read_ann(path, count, dim)
+    except (TypeError, ValueError) as exc:
+        raise _fail(path, str(exc)) from exc
 
 
 def _load_doc_ids(path: Path, count: int) -> list[str]:
@@ -238,6 +253,7 @@ def load_index(path: str | os.PathLike, *, checksums: bool = True) -> IndexFiles
         faiss=_load_faiss(directory / FIRST_STAGE, count, dim),
         docs=_open_docs(directory / DOCS, count),
         payload=_load_payload(directory, manifest, count),
+        ann=_load_ann(directory, manifest, count, dim),
     )
     log.info("loaded index %s: %d documents, kind %s, dim %d (gated %d)", index.name, count, spec.kind, dim, gated)
     return index

@@ -35,7 +35,8 @@ from densehybrid.index import errors
 from densehybrid.index.storage import files
 
 from densehybrid.index.building import shards
-from densehybrid.index.engines import faiss_engine
+from densehybrid.index.building.ann import write_ann
+from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.writes.wal import fsync_directory
@@ -87,6 +88,9 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     spec = base.spec
     staged = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
                              pq=_pq_config(base.manifest["first_stage"]))
+    if hnsw_engine.is_hnsw(base.manifest["first_stage"]):  # the graph of the new rows, as the base's was built
+        write_ann(np.load(staged / files.VALUES, mmap_mode="r"), staged,
+                  hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]))
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
         rows = base.field_values(keep, list(schema)) + [d.fields for d in written]

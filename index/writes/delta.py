@@ -285,7 +285,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
                   first_stage: str = "ip", candidates: int = 1000, theta: float = 0.1, rerank: bool = True,
                   lam: float | None = None, method: str | None = None,
                   dense_weight: float | None = None, rrf_k: float | None = None,
-                  filter: Filter | None = None) -> SearchResults:
+                  filter: Filter | None = None, ef_search: int | None = None) -> SearchResults:
     """Hits ``offset`` to ``offset + k`` of the base (hidden rows dropped) and the delta together, same
     scoring as the base; equal scores in row order (base rows first, then the delta's).
 
@@ -297,7 +297,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
     if delta.empty:
         return searcher.search(queries, k=k, offset=offset, first_stage=first_stage, candidates=candidates,
                                theta=theta, rerank=rerank, lam=lam, method=method, dense_weight=dense_weight,
-                               rrf_k=rrf_k, filter=filter)
+                               rrf_k=rrf_k, filter=filter, ef_search=ef_search)
     if resolve_method(searcher.index, method, lam) in PER_QUERY_METHODS:
         lam = searcher.index.lam if lam is None else lam
     hidden = len(delta.hidden)
@@ -305,7 +305,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, *, k: int,
     ranked = offset + k  # the merged hits a page is cut from
     found = searcher.search(queries, k=min(ranked + hidden, max(base.count, 1)), first_stage=first_stage,
                             candidates=min(candidates + hidden, MAX_CANDIDATES), theta=theta, rerank=rerank, lam=lam,
-                            filter=filter)
+                            filter=filter, ef_search=ef_search)
     started = time.perf_counter()
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)

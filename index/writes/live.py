@@ -98,6 +98,16 @@ class LiveIndex(ManifestView, ServedIndex):
         return self._state.searcher.device
 
     @property
+    def first_stage(self) -> dict:
+        """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|milvus} and, for a graph, its default
+        ``ef_search``."""
+        store = self._state.searcher.store
+        if self.base.remote:
+            return {"type": "milvus", **getattr(store, "index_info", {})}
+        ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
+        return {"type": store.first_stage, **ef}
+
+    @property
     def spec(self):
         return self.base.spec
 
