@@ -63,10 +63,19 @@ class Hit(BaseModel):
     fields: dict[str, Any] | None = Field(None, description="the payload fields asked for with `fields`")
 
 
+class FirstStage(BaseModel):
+    type: Literal["flat", "pq", "hnsw", "milvus"] = Field(description="what found the candidates: flat (an exact "
+                                                          "scan), pq or hnsw (approximate; the scores are still exact "
+                                                          "for hnsw), milvus (a collection)")
+    ef_search: int | None = Field(None, description="hnsw: the graph breadth per query (in an answer: the one it used)")
+    index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
+
+
 class IndexSummary(BaseModel):
     name: str
     documents: int
     kind: str
+    first_stage: FirstStage
 
 
 class SearchResponse(BaseModel):
@@ -122,6 +131,7 @@ class IndexInfo(BaseModel):
     lam: float
     fields: dict[str, str] = Field({}, description="payload fields a search can filter on and return, with their "
                                                    "types (keyword, integer, float, bool, keyword_list)")
+    first_stage: FirstStage
 
 
 class PromptsInfo(BaseModel):

@@ -2,7 +2,8 @@
 
 A collection ``NAME`` holds one entity per index row: ``row`` (INT64 primary key),
 ``doc_id``, ``title``, ``text``, ``vector`` (FLOAT_VECTOR, the exact float32 values of
-the local FlatIP first stage, indexed FLAT with metric IP) and, for gated kinds,
+the local FlatIP first stage, indexed FLAT with metric IP, or HNSW when the local index has an
+``hnsw`` first stage) and, for gated kinds,
 ``gates`` (INT16 array). A companion collection ``NAME__meta`` holds the index manifest
 and the export's progress as JSON, so that a collection alone is enough to serve
 (model identity, λ and dims travel with it; the local directory may be gone).
@@ -23,7 +24,8 @@ from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index.search import filters
 from densehybrid.index.storage import payload
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect, load_pymilvus
+from densehybrid.index.engines.milvus_engine import (FETCH_SLICE, MilvusStore, call, connect, load_pymilvus,
+                                                     vector_index)
 from densehybrid.index.errors import IndexAccessError, IndexLoadError, SearchError
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.search.searcher import Searcher
@@ -78,7 +80,7 @@ def _list_capacity(index: IndexFiles) -> int:
 
 
 def _rows_schema(client, pymilvus, dim: int, gated_dim: int, field_types: dict[str, str] | None = None,
-                 list_capacity: int = 0):
+                 list_capacity: int = 0, first_stage: dict | None = None):
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("row", pymilvus.DataType.INT64, is_primary=True)
     schema.add_field("doc_id", pymilvus.DataType.VARCHAR, max_length=ID_MAX)
@@ -89,7 +91,7 @@ def _rows_schema(client, pymilvus, dim: int, gated_dim: int, field_types: dict[s
         schema.add_field("gates", pymilvus.DataType.ARRAY, element_type=pymilvus.DataType.INT16, max_capacity=gated_dim)
     _add_payload_fields(schema, pymilvus, field_types or {}, list_capacity)
     params = client.prepare_index_params()
-    params.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
+    params.add_index(field_name="vector", **vector_index(first_stage or {}))
     return schema, params
 
 
@@ -166,7 +168,8 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     if record is None:
         for name, (schema, params) in ((collection + META_SUFFIX, _meta_schema(client, pymilvus)),
                                        (collection, _rows_schema(client, pymilvus, index.spec.dim, index.spec.gated_dim,
-                                                                 index.field_types, _list_capacity(index)))):
+                                                                 index.field_types, _list_capacity(index),
+                                                                 index.manifest["first_stage"]))):
             if call(uri, "has_collection", client.has_collection, name):
                 call(uri, "drop_collection", client.drop_collection, name)  # left by an export killed at creation
             # Strong: a reader (a resumed export, a server starting) sees every finished write
@@ -321,4 +324,7 @@ def open_collection(uri: str, collection: str, *, timeout_s: float = 10.0, clien
     if int(stats.get("row_count", -1)) != int(manifest["count"]):
         raise IndexLoadError(f"{where}: holds {stats.get('row_count')} rows, the manifest says {manifest['count']}")
     log.info("opened Milvus collection %s at %s: %s rows, kind %s", collection, uri, manifest["count"], spec.kind)
-    return MilvusIndex(uri, collection, manifest, spec, MilvusStore(client, uri, collection, spec.dim, spec.gated_dim))
+    described = call(uri, "describe_index", client.describe_index, collection, "vector")
+    store = MilvusStore(client, uri, collection, spec.dim, spec.gated_dim, index_type=described["index_type"],
+                        ef_search=int(manifest["first_stage"].get("ef_search", 128)))
+    return MilvusIndex(uri, collection, manifest, spec, store)

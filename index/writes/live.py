@@ -102,9 +102,9 @@ class LiveIndex(ManifestView, ServedIndex):
         """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|milvus} and, for a graph, its default
         ``ef_search``."""
         store = self._state.searcher.store
-        if self.base.remote:
-            return {"type": "milvus", **getattr(store, "index_info", {})}
         ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
+        if self.base.remote:
+            return {"type": "milvus", "index_type": store.index_type, **ef}
         return {"type": store.first_stage, **ef}
 
     @property
