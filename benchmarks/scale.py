@@ -45,6 +45,7 @@ class ScaleConfig:
     work: Path = Path("runs/scale")
     fit: Path | None = None  # real passage vectors (.npy) the distractors are drawn to match
     real_queries: Path | None = None  # real query vectors (.npy) instead of drawn ones
+    keep_files: bool = False  # leave the Pyserini directory and the index in ``work`` (they are large)
 
 
 def _rss_mb() -> float:
@@ -130,6 +131,9 @@ def run_scale(config: ScaleConfig) -> dict:
               "pyserini_files": _sizes(pyserini), "flat": {"first_stage": flat_timing,
                                                            "recall_at_10": _recall(flat_rows, want)},
               "hnsw_sweep": sweep, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    del index, flat, graph
+    if not config.keep_files:
+        shutil.rmtree(work, ignore_errors=True)
     log.info("scale %d x %d: flat p50 %.2f ms; hnsw %s", config.rows, config.dim, flat_timing["p50"],
              ", ".join(f"ef {s['ef_search']}: {s['first_stage']['p50']:.2f} ms r@10 {s['recall_at_10']:.3f}"
                        for s in sweep))
