@@ -73,9 +73,11 @@ def is_hnsw(first_stage: dict) -> bool:
 
 
 def read_ann(path: Path, count: int, dim: int) -> faiss.Index:
-    """The graph file at ``path``; ValueError naming the problem when it is not ``count`` vectors of ``dim``."""
+    """The graph file at ``path`` (codes memory-mapped); ValueError naming the problem when it is not ``count``
+    vectors of ``dim``."""
     try:
-        index = faiss.read_index(str(path))
+        # the codes are memory-mapped in place (pages read as walks reach them); the links are read in
+        index = faiss.read_index(str(path), getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
     except RuntimeError as exc:
         raise ValueError(f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
     if not isinstance(index, faiss.IndexHNSW):
