@@ -164,3 +164,10 @@ def test_the_cli_refuses_pq_with_hnsw(tmp_path):
     result = CliRunner().invoke(app, ["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "i"),
                                       "--model", "fake:cls", "--ann", "hnsw", "--pq", "4"])
     assert result.exit_code != 0 and "--pq" in result.output and not (tmp_path / "i").exists()
+
+
+def test_the_hnsw_store_implements_the_vector_store_protocol(store):
+    from densehybrid.index.search.vector_store import VectorStore
+    from test_served import assert_implements
+
+    assert_implements(store, VectorStore)

@@ -26,7 +26,7 @@ from densehybrid.index.search.filters import Selection
 class VectorStore(Protocol):
     #: what answers ``inner_product``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate candidates;
     #: ``inner_product`` then also takes ``ef_search``, the graph breadth)
-    first_stage: str = "flat"
+    first_stage: str
 
     def inner_product(self, xq: np.ndarray, depth: int,
                       selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
