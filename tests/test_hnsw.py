@@ -171,3 +171,18 @@ def test_the_hnsw_store_implements_the_vector_store_protocol(store):
     from test_served import assert_implements
 
     assert_implements(store, VectorStore)
+
+
+def test_a_fold_rebuilds_the_graph_over_the_rows_it_keeps(tmp_path):
+    from densehybrid.index.writes.compaction import fold
+    from densehybrid.index.writes.delta import Delta
+
+    base = make_index(tmp_path, n=300)
+    hidden = frozenset(range(0, 300, 3))
+    folded = load_index(fold(base, Delta(hidden=hidden), tmp_path / "gen", applied_seq=1))
+    assert folded.count == 200 and folded.first_stage_kind == "hnsw" and folded.ann.ntotal == 200
+    assert {k: v for k, v in folded.manifest["first_stage"].items() if k != "max_norm2"} == \
+        {k: v for k, v in base.manifest["first_stage"].items() if k != "max_norm2"}
+    xq = clustered(6, 16, seed=13)
+    got = Searcher(folded).search(Encoded(xq, None), k=10, ef_search=200)
+    assert recall(np.array(got.rows), brute_topk(xq, np.asarray(folded.values), 10)[1]) == 1.0
