@@ -30,8 +30,8 @@ from densehybrid.index.search.vector_store import VectorStore
 ANN_FILE = "first_stage.hnsw.faiss"
 ENCODINGS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "fp16": faiss.ScalarQuantizer.QT_fp16}
 # a filter keeping at most this many rows, or this fraction of them, is searched exactly over its rows:
-# a scan of 20k rows costs about what a graph search costs, and below 5% the graph walk meets mostly
-# rows it must skip (measured in docs/performance.md)
+# a scan of 20k rows costs about what a graph walk does, and below 5% the walk meets mostly rows it
+# must skip (estimates, not yet measured against each other)
 EXACT_KEPT_ROWS = 20_000
 EXACT_KEPT_FRACTION = 0.05
 _EXACT_CHUNK = 65_536
