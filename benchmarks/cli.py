@@ -47,9 +47,23 @@ def bench_command(
     service_kind: Optional[str] = typer.Option(None, "--service-kind", help="model kind served in the service section (default: dhr)"),
     backends: Optional[list[Backend]] = typer.Option(None, "--backends",
                                                      help="encoder backend to compare (repeat for several; default: both)"),
+    scale: Optional[list[int]] = typer.Option(None, "--scale", min=1, help="instead: the scale benchmark at N rows "
+                                              "(repeat for several): seeded vectors in Pyserini's layout made an "
+                                              "index, flat vs hnsw first stage, recall; see --scale-dim, --plot"),
+    scale_dim: int = typer.Option(768, "--scale-dim", min=2, help="--scale: dims of the vectors"),
+    scale_fit: Optional[Path] = typer.Option(None, "--scale-fit", exists=True, help="--scale: real passage vectors "
+                                             "(.npy) to include, with distractors drawn from their Gaussian fit"),
+    scale_queries: Optional[Path] = typer.Option(None, "--scale-queries", exists=True,
+                                                 help="--scale: real query vectors (.npy) instead of drawn ones"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="--scale: write the recall-vs-latency plot (PNG) here"),
 ) -> None:
     """Run the performance benchmark: memory bandwidth, first stage, rerank, encoders and a live service, side by
     side in one run, with the targets as ratios."""
+    if scale:
+        from densehybrid.bench.scale_cli import run_scales
+
+        run_scales(scale, scale_dim, scale_fit, scale_queries, out or Path("bench-scale.json"), plot, threads)
+        return
     if quick + full + (preset is not None) > 1:
         raise typer.BadParameter("give one of --quick, --full and --preset", param_hint="--quick/--full/--preset")
     name = preset.value if preset else "quick" if quick else "full" if full else "default"

@@ -14,10 +14,10 @@ from rich.console import Console
 
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
+from densehybrid.cli.first_stage_options import FirstStageOptions, with_first_stage_options
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.index.building import commands
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
-from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexAccessError
 from densehybrid.index.search.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.storage.files import load_index, verify_index
@@ -45,14 +45,13 @@ def _check_fusion(value: str) -> str:
 
 
 @with_encoder_options
+@with_first_stage_options
 def index_import(
     source: Path = typer.Argument(..., help="a Pyserini Faiss index directory: 'index' (IndexFlatIP) and 'docid'"),
     out: Path = typer.Option(..., "--out", help="index directory to create (published atomically)"),
     corpus: Optional[Path] = typer.Option(None, "--corpus", exists=True, dir_okay=False,
                                           help="BEIR corpus.jsonl with the passages' texts (and metadata fields)"),
     vectors_dtype: str = VECTORS_DTYPE_OPTION,
-    pq_m: int = typer.Option(0, "--pq", min=0, help="IndexPQ first stage with this many sub-quantizers (0: exact)"),
-    pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing index at --out"),
     fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
@@ -62,6 +61,7 @@ def index_import(
     fields_from_metadata: bool = typer.Option(False, "--fields-from-metadata",
                                               help="keep every metadata field found in the corpus (as --field)"),
     encoder: EncoderOptions = None,
+    first_stage: FirstStageOptions = None,
 ) -> None:
     """Turn a Pyserini Faiss index (vectors + docid) into an index, without re-encoding.
 
@@ -70,7 +70,7 @@ def index_import(
     if not encoder.model:
         raise typer.BadParameter("--model is required (the query encoder matching the vectors)")
     options = ImportOptions(corpus=corpus, values_dtype=vectors_dtype, name=name, overwrite=overwrite,
-                            pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None, fusion_method=fusion,
+                            pq=first_stage.pq, ann=first_stage.ann, fusion_method=fusion,
                             fields=tuple(field), fields_from_metadata=fields_from_metadata)
     try:
         spec = commands.load_model(encoder.config, encoder.device).spec

@@ -1,5 +1,4 @@
 """``densehybrid index build``, ``search`` and ``eval``: flags in, tables out; registered by ``cli/main.py``.
-
 The work itself is in ``index.building.build`` and ``index.building.commands``."""
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
+from densehybrid.cli.first_stage_options import FirstStageOptions, with_first_stage_options
 from densehybrid.cli.import_commands import VECTORS_DTYPE_OPTION
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
@@ -23,7 +23,6 @@ from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.building import commands
 from densehybrid.index.search import filters
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexAccessError
 from densehybrid.index.evaluate import EvalInputError
 from densehybrid.index.storage.files import load_index
@@ -76,6 +75,7 @@ _FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (auto: the mix 
 
 @index_app.command("build")
 @with_encoder_options
+@with_first_stage_options
 def index_build(
     corpus: Path = typer.Option(..., "--corpus", exists=True, dir_okay=False, help="BEIR corpus.jsonl (_id, title, text)"),
     out: Path = typer.Option(..., "--out", help="index directory to create (published atomically)"),
@@ -84,8 +84,6 @@ def index_build(
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="passages per forward"),
     shard_size: int = typer.Option(4096, "--shard-size", min=1, help="passages per shard (the resume granularity)"),
     auto_lambda: bool = typer.Option(False, "--auto-lambda", help="same as --lambda auto"),
-    pq_m: int = typer.Option(0, "--pq", min=0, help="IndexPQ first stage with this many sub-quantizers (0: exact FlatIP)"),
-    pq_nbits: int = typer.Option(8, "--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
     fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
                                help="dhr/fusion: the searches' default mix of the parts (in the manifest); auto: chosen from the corpus"),
@@ -111,6 +109,7 @@ def index_build(
                                                  help="with --ray: passages per Ray batch (whole --batch-size forwards; "
                                                       "default 4 forwards)"),
     encoder: EncoderOptions = None,
+    first_stage: FirstStageOptions = None,
 ) -> None:
     """Encode a corpus and publish an index (manifest, vectors, uint8 gates, SQLite texts)."""
     if not encoder.model:
@@ -118,7 +117,7 @@ def index_build(
     if ray_batch_size is not None and not ray:
         raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
-                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=faiss_engine.PQConfig(pq_m, pq_nbits) if pq_m else None,
+                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=first_stage.pq, ann=first_stage.ann,
                            name=name, progress=not no_progress, fusion_method=fusion,
                            prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
                            fields=tuple(field), fields_from_metadata=fields_from_metadata, values_dtype=vectors_dtype)

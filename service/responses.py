@@ -64,10 +64,19 @@ class Hit(BaseModel):
     fields: dict[str, Any] | None = Field(None, description="the payload fields asked for with `fields`")
 
 
+class FirstStage(BaseModel):
+    type: Literal["flat", "pq", "hnsw", "milvus"] = Field(description="what found the candidates: flat (an exact "
+                                                          "scan), pq or hnsw (approximate; the scores are still exact "
+                                                          "for hnsw), milvus (a collection)")
+    ef_search: int | None = Field(None, description="hnsw: the graph breadth per query (in an answer: the one it used)")
+    index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
+
+
 class IndexSummary(BaseModel):
     name: str
     documents: int
     kind: str
+    first_stage: FirstStage
 
 
 class ExplainedHits(BaseModel):
@@ -139,6 +148,7 @@ class IndexInfo(BaseModel):
         "dhr/fusion: the manifest's fusion entry: the default method (auto: the mix chosen from the corpus at "
         "build, recorded under 'auto' with its statistics), the fixed methods' dense_weight and rrf_k; a "
         "request's 'fusion' overrides the method; null for other kinds"))
+    first_stage: FirstStage
 
 
 class PromptsInfo(BaseModel):

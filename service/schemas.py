@@ -158,6 +158,11 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
                         f"`candidates` and it is at least the deepest page's offset + k")
         first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
         candidates: JsonInt = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
+        ef_search: JsonInt | None = Field(
+            None, ge=1, le=limits.max_ef_search, examples=[64, 256],
+            description="an hnsw first stage: candidates the graph walk keeps per query (larger: slower, closer to "
+                        "the exact top-k; raised to the first-stage depth); default: the index's; an exact first "
+                        "stage ignores it. /info and each answer's `index` block name the first stage")
         theta: JsonFloat = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
         rerank: JsonBool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
         lam: Lambda | None = Field(None, alias="lambda",

@@ -25,8 +25,10 @@ from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, files
 from densehybrid.index.search import fusion
 from densehybrid.index.building import fusion_auto, lambda_auto, shards
+from densehybrid.index.building.first_stage import check_first_stage
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
+from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
 from densehybrid.index.storage.payload import Payload, PayloadBuilder, PayloadError
@@ -42,6 +44,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: faiss_engine.PQConfig | None = None
+    # an approximate first stage (an HNSW graph beside the exact rows); None: the exact flat scan
+    ann: HNSWConfig | None = None
     # the element type of the one stored copy of the vectors (index.storage.vectors): float16 or float32
     values_dtype: str = "float16"
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion);
@@ -182,6 +186,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     fusion_info = fusion_record(encoder.spec, options.fusion_method)
+    check_first_stage(options.pq, options.ann)
     # read first: a field whose type changes halfway through the corpus fails before any encoding
     payload = (read_payload(corpus, None if options.fields_from_metadata else options.fields)
                if options.fields or options.fields_from_metadata else None)
@@ -194,7 +199,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     _encode_shards(encode_shard, corpus, work, options, total)
     spec = encoder.spec
     staged, first_stage = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq,
-                                          values_dtype=options.values_dtype)
+                                          values_dtype=options.values_dtype, ann=options.ann)
     lam, lam_info = _lambda(encoder, staged, options)
     fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
     fields_info = {}
@@ -217,7 +222,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
                       shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None,
-                      values_dtype: str = "float16") -> Path:
+                      values_dtype: str = "float16", ann: HNSWConfig | None = None) -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
     ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)
@@ -227,13 +232,14 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         raise IndexWriteError(f"{out}: already exists")
     if len(encoded) != len(docs) or encoded.values.shape[1] != spec.dim:
         raise ValueError(f"{len(encoded)} vectors of dim {encoded.values.shape[1]} for {len(docs)} docs, spec dim {spec.dim}")
+    check_first_stage(pq, ann)
     work = shards.work_dir(out)
     shards.start(work, {"encoder": spec.to_dict(), "from": "arrays"}, resume=False)
     for number, s in enumerate(range(0, len(docs), shard_size)):
         part = encoded[s:s + shard_size]
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged, first_stage = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq,
-                                          values_dtype=values_dtype)
+                                          values_dtype=values_dtype, ann=ann)
     fields_info = {}
     if payload is not None and payload.columns:
         if payload.count != len(docs):

@@ -28,7 +28,9 @@ from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index.building import shards
 from densehybrid.index.building.build import fusion_record, read_corpus, read_payload
-from densehybrid.index.building.first_stage import write_vectors_and_first_stage
+from densehybrid.index.building.ann import write_ann
+from densehybrid.index.building.first_stage import check_first_stage, write_vectors_and_first_stage
+from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage import files
@@ -47,6 +49,7 @@ class ImportOptions:
     corpus: Path | None = None
     values_dtype: str = "float16"
     pq: faiss_engine.PQConfig | None = None
+    ann: HNSWConfig | None = None  # an HNSW graph first stage (index.building.ann), rescored exactly
     name: str | None = None
     overwrite: bool = False
     fusion_method: str = "lambda"
@@ -134,10 +137,10 @@ def _write_vectors(source: PyseriniIndex, staged: Path, options: ImportOptions) 
             os.link(source.index_file, staged / VECTORS)
         except OSError:
             shutil.copyfile(source.index_file, staged / VECTORS)
-        return {"type": "flat_ip"}
+        return {"type": "flat_ip"} if options.ann is None else write_ann(source.rows, staged, options.ann)
     parts = (source.rows[s:s + _CHUNK_ROWS] for s in range(0, len(source.rows), _CHUNK_ROWS))
     return write_vectors_and_first_stage(staged, parts, count=len(source.rows), dim=source.rows.shape[1],
-                                         values_dtype=options.values_dtype, pq=options.pq)
+                                         values_dtype=options.values_dtype, pq=options.pq, ann=options.ann)
 
 
 def _documents(source: PyseriniIndex, corpus: Path | None) -> Iterator[tuple[int, Document]]:
@@ -180,6 +183,7 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
     out = Path(out)
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
+    check_first_stage(options.pq, options.ann)
     source = read_pyserini(directory)
     check_dims(source, spec)
     work = shards.work_dir(out)

@@ -152,6 +152,10 @@ class FaissStore(HostRows, VectorStore):
         self.faiss = faiss_index
         tune_blas()
 
+    @property
+    def first_stage(self) -> str:
+        return "pq" if isinstance(self.faiss, faiss.IndexPQ) else "flat"
+
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:
         if selection is not None:

@@ -52,23 +52,38 @@ def call(uri: str, what: str, fn: Callable, *args, **kwargs):
 
 
 
+def vector_index(first_stage: dict) -> dict:
+    """``add_index`` arguments of a collection's vectors for a local index's first stage: Milvus's own HNSW
+    with the graph's ``M`` and ``efConstruction`` for an ``hnsw`` index, else FLAT (exact); metric IP."""
+    if first_stage.get("type") == "hnsw":
+        return {"index_type": "HNSW", "metric_type": "IP",
+                "params": {"M": int(first_stage["m"]), "efConstruction": int(first_stage["ef_construction"])}}
+    return {"index_type": "FLAT", "metric_type": "IP"}
+
+
 # -- searching ---------------------------------------------------------------------
 
 class MilvusStore(VectorStore):
-    """A collection as a :class:`~densehybrid.index.search.vector_store.VectorStore`: FLAT/IP search in Milvus,
-    the exact rerank in numpy on the candidates' vectors, fetched once per search."""
+    """A collection as a :class:`~densehybrid.index.search.vector_store.VectorStore`: IP search in Milvus (its
+    FLAT or HNSW index, ``index_type``), the exact rerank in numpy on the candidates' vectors, fetched once
+    per search. ``ef_search``: an HNSW collection's default breadth (Milvus's ``ef``)."""
 
-    def __init__(self, client, uri: str, collection: str, dim: int, gated_dim: int):
+    def __init__(self, client, uri: str, collection: str, dim: int, gated_dim: int, *, index_type: str = "FLAT",
+                 ef_search: int = 128):
         self.client, self.uri, self.collection = client, uri, collection
         self.dim, self.gated_dim = dim, gated_dim
+        self.index_type, self.ef_search = index_type, ef_search
+        self.first_stage = "hnsw" if index_type.startswith("HNSW") else "flat"
 
-    def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
+                      ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         # a filter goes to Milvus as its boolean expression: FLAT search scans the matching rows only
         kept = {} if selection is None else {"filter": selection.expression}
+        params = {"metric_type": "IP"}
+        if self.first_stage == "hnsw":  # Milvus wants ef >= the limit
+            params["params"] = {"ef": max(ef_search or self.ef_search, depth)}
         found = call(self.uri, "search", self.client.search, self.collection, data=[q.tolist() for q in xq],
-                      anns_field="vector", limit=depth, search_params={"metric_type": "IP"}, output_fields=["row"],
-                      **kept)
+                      anns_field="vector", limit=depth, search_params=params, output_fields=["row"], **kept)
         scores = np.full((len(xq), depth), -np.inf, dtype=np.float32)
         rows = np.full((len(xq), depth), -1, dtype=np.int64)
         for q, hits in enumerate(found):

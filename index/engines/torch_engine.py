@@ -154,6 +154,8 @@ class TorchStore(HostRows, VectorStore):
     ``float16`` stores the rows as float16 on the devices (use float32 on the CPU).
     """
 
+    first_stage = "flat"  # an exact scan, whatever first stage the index files also hold
+
     def __init__(self, values: np.ndarray, gates: np.ndarray | None, doc_ids: Sequence[str],
                  devices: Sequence[str | torch.device], *, float16: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS):
         super().__init__(values, gates, doc_ids)

@@ -22,7 +22,8 @@ class SearchParams:
     (gated kinds); ``lam`` the dense part's weight (None: the index's); ``method`` the fusion of
     ``dhr``/``fusion`` (``index.search.fusion``; None: the index's, or the raw λ sum when ``lam`` is
     given), with ``dense_weight`` and ``rrf_k`` (None: the index's); ``filter`` an
-    ``index.search.filters`` node (hashable: equal filters search together)."""
+    ``index.search.filters`` node (hashable: equal filters search together); ``ef_search`` the graph
+    breadth of an ``hnsw`` first stage (None: the index's; exact first stages ignore it)."""
 
     k: int = 10
     offset: int = 0
@@ -35,6 +36,7 @@ class SearchParams:
     dense_weight: float | None = None
     rrf_k: float | None = None
     filter: Filter | None = None
+    ef_search: int | None = None
 
     def but(self, **changes) -> SearchParams:
         """A copy with ``changes`` (``dataclasses.replace``)."""

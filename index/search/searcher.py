@@ -115,6 +115,11 @@ class Searcher:
         return self.index.name
 
     @property
+    def first_stage(self) -> str:
+        """What answers a first stage ``ip``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate)."""
+        return self.store.first_stage
+
+    @property
     def reranks(self) -> bool:
         """Whether this index has gates, i.e. a second stage changes the scores."""
         return self.spec.gated_dim > 0
@@ -142,16 +147,17 @@ class Searcher:
         if self.reranks and (queries.gates is None or queries.gates.shape != (len(queries), self.spec.gated_dim)):
             raise IndexMismatchError(f"the index needs query gates of {self.spec.gated_dim} dims")
 
-    def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int, theta: float,
+    def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
                      selection: Selection | None = None):
-        # a filter's rows are passed only when it drops some: the unfiltered calls stay as they were
+        # a filter's rows only when it drops some; a graph breadth only to a store that walks a graph
         kept = {} if selection is None else {"selection": selection}
-        if first_stage == "approx_gip":
-            return self.store.approx_gip(xq, gq, theta, depth, **kept)
+        kept |= {"ef_search": params.ef_search} if params.ef_search is not None and self.first_stage == "hnsw" else {}
+        if params.first_stage == "approx_gip":
+            return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
         return self.store.inner_product(xq, depth, **kept)
 
-    def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                            theta: float, selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
+                            selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The first stage's top ``depth`` in the one order of every engine: score, then row.
 
         Which rows of a run of equal scores make the cut is each engine's choice (Faiss, torch and
@@ -162,11 +168,11 @@ class Searcher:
         """
         n = self.index.count if selection is None else selection.count
         probe = min(n, depth + 1)
-        scores, rows = self._first_stage(xq, gq, first_stage, probe, theta, selection)
+        scores, rows = self._first_stage(xq, gq, params, probe, selection)
         if probe > depth and _tied_at_cut(scores, rows, depth):
             wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
             if wider > probe:
-                scores, rows = self._first_stage(xq, gq, first_stage, wider, theta, selection)
+                scores, rows = self._first_stage(xq, gq, params, wider, selection)
         return scores[:, :depth], rows[:, :depth]
 
     def fusion_method(self, method: str | None, lam: float | None) -> str:
@@ -179,8 +185,8 @@ class Searcher:
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         return lexical if method == "lexical" else dense
 
-    def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, depth: int,
-                                theta: float, selection: Selection | None = None) -> np.ndarray:
+    def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
+                                selection: Selection | None = None) -> np.ndarray:
         """Candidate rows (Q, ≤ 2·depth) of a normalised fusion: the union of each part's own top ``depth``.
 
         The λ sum's top list is mostly the lexical part's (its scores are the larger), so it loses
@@ -190,8 +196,9 @@ class Searcher:
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         # one row past the cut shows whether the cut runs through tied scores (see _above_the_cut)
         probe = min(depth + 1, self.index.count if selection is None else selection.count)
-        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, first_stage, probe, theta, selection), depth)
-        dense_rows = _above_the_cut(*self._first_stage(dense, None, "ip", probe, theta, selection), depth)
+        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, params, probe, selection), depth)
+        dense = self._first_stage(dense, None, params.but(first_stage="ip"), probe, selection)
+        dense_rows = _above_the_cut(*dense, depth)
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
@@ -216,14 +223,16 @@ class Searcher:
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
 
+        ``ef_search`` is the graph breadth of an ``hnsw`` first stage (default: the index's); exact first
+        stages ignore it.
+
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
         and ``rrf``, with ``rrf_k``, default the index's) take the union of each part's own top
         ``candidates`` (so up to twice as many rows) and score each part over it, so they need the rerank.
         """
-        k, offset, first_stage, candidates, theta, lam = (params.k, params.offset, params.first_stage,
-                                                          params.candidates, params.theta, params.lam)
-        self._check(queries, k, first_stage, candidates, offset)
+        k, offset, candidates, lam = params.k, params.offset, params.candidates, params.lam
+        self._check(queries, k, params.first_stage, candidates, offset)
         method, dense_weight = resolve_mix(self.index, params)
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
@@ -251,11 +260,11 @@ class Searcher:
         fused = second and method in fusion.PER_QUERY_METHODS
         start = time.perf_counter()
         if fused:
-            rows = self._both_parts_first_stage(xq, gq, first_stage, depth, theta, selection)
+            rows = self._both_parts_first_stage(xq, gq, params, depth, selection)
         elif second:
-            scores, rows = self._first_stage(xq, gq, first_stage, depth, theta, selection)
+            scores, rows = self._first_stage(xq, gq, params, depth, selection)
         else:
-            scores, rows = self._ranked_first_stage(xq, gq, first_stage, depth, theta, selection)
+            scores, rows = self._ranked_first_stage(xq, gq, params, depth, selection)
         search_ms = _ms(start)
         start = time.perf_counter()
         if fused:

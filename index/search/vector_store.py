@@ -24,6 +24,10 @@ from densehybrid.index.search.filters import Selection
 
 @runtime_checkable
 class VectorStore(Protocol):
+    #: what answers ``inner_product``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate candidates;
+    #: ``inner_product`` then also takes ``ef_search``, the graph breadth)
+    first_stage: str
+
     def inner_product(self, xq: np.ndarray, depth: int,
                       selection: Selection | None = None) -> tuple[np.ndarray, np.ndarray]:
         """First stage by plain inner product -> scores, rows (Q, min(depth, N))."""

@@ -7,7 +7,8 @@ Layout of a published index::
     vectors.faiss   the one copy of the (N, dim) rows: a flat Faiss index (float16 by default, float32
                     by choice) that the exact first stage and the rerank both memory-map (``index.vectors``)
     gates.npy       (N, gated_dim) uint8, only for gated kinds
-    first_stage.faiss   only for an approximate first stage (IndexPQ)
+    first_stage.faiss   only for a PQ first stage (IndexPQ)
+    first_stage.hnsw.faiss  only for an ``hnsw`` first stage: a graph over 8-bit or float16 codes
     doc_ids.json    ids in row order
     docs.sqlite     table docs(row, id, title, text)
     fields.npz      typed payload columns (``index.payload``), only when the manifest lists ``fields``
@@ -40,6 +41,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
+from densehybrid.index.engines import hnsw_engine
 from densehybrid.index.storage.compatibility import check_compatible, check_identity_files  # noqa: F401 (their old home)
 from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
@@ -57,6 +59,7 @@ VALUES = "values.npy"
 GATES = "gates.npy"
 FIRST_STAGE = "first_stage.faiss"
 DOC_IDS = "doc_ids.json"
+_OWN_FIRST_STAGE = ("flat_ip", "hnsw")  # first stages of format 2 with no first_stage.faiss
 # -- writing -----------------------------------------------------------------------------
 
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
@@ -148,7 +151,7 @@ def required_files(manifest: dict) -> set[str]:
     if manifest["format_version"] == 1:
         vectors = {VALUES, FIRST_STAGE}
     else:
-        vectors = {VECTORS} | ({FIRST_STAGE} if manifest["first_stage"].get("type") != "flat_ip" else set())
+        vectors = {VECTORS} | ({FIRST_STAGE} if manifest["first_stage"].get("type") not in _OWN_FIRST_STAGE else set())
     return vectors | {DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
 
 
@@ -157,6 +160,7 @@ def verify_files(directory: Path, manifest: dict, *, checksums: bool = False) ->
     listed = manifest["files"]
     required = required_files(manifest)
     required |= {PAYLOAD} if manifest.get("fields") else set()
+    required |= {hnsw_engine.ANN_FILE} if hnsw_engine.is_hnsw(manifest["first_stage"]) else set()
     missing = sorted(required - set(listed))
     if missing:
         raise _fail(directory / MANIFEST, f"does not list required files {missing}")
@@ -189,6 +193,17 @@ def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
     if index.ntotal != count or index.d != dim:
         raise _fail(path, f"holds {index.ntotal} vectors of {index.d} dims, expected {count} of {dim}")
     return index
+
+
+def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> faiss.Index | None:
+    path = directory / hnsw_engine.ANN_FILE
+    if not hnsw_engine.is_hnsw(manifest["first_stage"]):
+        return None
+    try:  # the graph of an hnsw first stage, searched beside the exact rows
+        hnsw_engine.HNSWConfig.from_dict(manifest["first_stage"])
+        return hnsw_engine.read_ann(path, count, dim)
+    except (TypeError, ValueError) as exc:
+        raise _fail(path, str(exc)) from exc
 
 
 def _load_doc_ids(path: Path, count: int) -> list[str]:
@@ -231,7 +246,7 @@ def _load_vectors(directory: Path, manifest: dict, count: int, dim: int) -> tupl
         flat, values = open_vectors(directory / VECTORS, count=count, dim=dim, dtype=dtype)
     except (VectorFileError, ValueError) as exc:
         raise _fail(directory / VECTORS, str(exc)) from exc
-    if manifest["first_stage"].get("type") == "flat_ip":
+    if manifest["first_stage"].get("type") in _OWN_FIRST_STAGE:  # an hnsw graph is loaded beside (load_ann)
         return flat, values
     return _load_faiss(directory / FIRST_STAGE, count, dim), values
 
@@ -274,6 +289,7 @@ def load_index(path: str | os.PathLike, *, checksums: bool = False) -> IndexFile
         faiss=first_stage,
         docs=_open_docs(directory / DOCS, count),
         payload=_load_payload(directory, manifest, count),
+        ann=_load_ann(directory, manifest, count, dim),
     )
     log.info("loaded index %s: %d documents, kind %s, dim %d (gated %d)", index.name, count, spec.kind, dim, gated)
     return index

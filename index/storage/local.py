@@ -11,7 +11,7 @@ import numpy as np
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index.storage.documents import DocTable
-from densehybrid.index.engines import faiss_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
@@ -34,6 +34,7 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     faiss: faiss.Index
     docs: DocTable
     payload: Payload | None = None
+    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
     _row_by_id: dict[str, int] | None = field(default=None, repr=False)
     _searcher: Searcher | None = field(default=None, repr=False)
 
@@ -42,7 +43,7 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
 
     @property
     def first_stage_kind(self) -> str:
-        return faiss_engine.first_stage_description(self.faiss)
+        return "hnsw" if self.ann is not None else faiss_engine.first_stage_description(self.faiss)
 
     def row_of(self, doc_id: str) -> int | None:
         if self._row_by_id is None:
@@ -69,9 +70,13 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:
-        """Faiss on the CPU; the exact torch engine on a CUDA device (or on the CPU when asked)."""
+        """Faiss on the CPU (its HNSW graph when the index has one); the exact torch engine on a CUDA
+        device (or on the CPU when asked)."""
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
+            if self.ann is not None:
+                ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
+                return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search)
             return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
         half = on_gpu if float16 is None else float16
         return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)

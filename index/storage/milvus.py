@@ -155,4 +155,7 @@ def open_collection(uri: str, collection: str, *, timeout_s: float = 10.0, clien
     if int(stats.get("row_count", -1)) != int(manifest["count"]):
         raise IndexLoadError(f"{where}: holds {stats.get('row_count')} rows, the manifest says {manifest['count']}")
     log.info("opened Milvus collection %s at %s: %s rows, kind %s", collection, uri, manifest["count"], spec.kind)
-    return MilvusIndex(uri, collection, manifest, spec, MilvusStore(client, uri, collection, spec.dim, spec.gated_dim))
+    described = call(uri, "describe_index", client.describe_index, collection, "vector")
+    store = MilvusStore(client, uri, collection, spec.dim, spec.gated_dim, index_type=described["index_type"],
+                        ef_search=int(manifest["first_stage"].get("ef_search", 128)))
+    return MilvusIndex(uri, collection, manifest, spec, store)

@@ -2,7 +2,8 @@
 
 A collection ``NAME`` holds one entity per index row: ``row`` (INT64 primary key),
 ``doc_id``, ``title``, ``text``, ``vector`` (FLOAT_VECTOR, the exact float32 values of
-the local FlatIP first stage, indexed FLAT with metric IP) and, for gated kinds,
+the local FlatIP first stage, indexed FLAT with metric IP, or Milvus's HNSW when the local index
+has an ``hnsw`` first stage) and, for gated kinds,
 ``gates`` (INT16 array). A companion collection ``NAME__meta`` holds the index manifest
 and the export's progress as JSON, so that a collection alone is enough to serve
 (model identity, λ and dims travel with it; the local directory may be gone). An export
@@ -20,7 +21,7 @@ import numpy as np
 
 from densehybrid.index.search import filters
 from densehybrid.index.storage import payload
-from densehybrid.index.engines.milvus_engine import call, connect, load_pymilvus
+from densehybrid.index.engines.milvus_engine import call, connect, load_pymilvus, vector_index
 from densehybrid.index.errors import IndexAccessError
 from densehybrid.index.storage.local import IndexFiles
 
@@ -70,7 +71,7 @@ def _list_capacity(index: IndexFiles) -> int:
 
 
 def _rows_schema(client, pymilvus, dim: int, gated_dim: int, field_types: dict[str, str] | None = None,
-                 list_capacity: int = 0):
+                 list_capacity: int = 0, first_stage: dict | None = None):
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("row", pymilvus.DataType.INT64, is_primary=True)
     schema.add_field("doc_id", pymilvus.DataType.VARCHAR, max_length=ID_MAX)
@@ -81,7 +82,7 @@ def _rows_schema(client, pymilvus, dim: int, gated_dim: int, field_types: dict[s
         schema.add_field("gates", pymilvus.DataType.ARRAY, element_type=pymilvus.DataType.INT16, max_capacity=gated_dim)
     _add_payload_fields(schema, pymilvus, field_types or {}, list_capacity)
     params = client.prepare_index_params()
-    params.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
+    params.add_index(field_name="vector", **vector_index(first_stage or {}))
     return schema, params
 
 
@@ -145,7 +146,7 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     and the export continues from there. The record is marked complete last; loading
     refuses a collection whose export has not finished.
     """
-    if index.manifest["first_stage"].get("type") != "flat_ip":
+    if index.manifest["first_stage"].get("type") not in ("flat_ip", "hnsw"):  # the rows exact, not PQ codes
         raise IndexAccessError(f"{index.path}: export needs the exact flat_ip first stage (this index has "
                               f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()
@@ -158,7 +159,8 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     if record is None:
         for name, (schema, params) in ((collection + META_SUFFIX, _meta_schema(client, pymilvus)),
                                        (collection, _rows_schema(client, pymilvus, index.spec.dim, index.spec.gated_dim,
-                                                                 index.field_types, _list_capacity(index)))):
+                                                                 index.field_types, _list_capacity(index),
+                                                                 index.manifest["first_stage"]))):
             if call(uri, "has_collection", client.has_collection, name):
                 call(uri, "drop_collection", client.drop_collection, name)  # left by an export killed at creation
             # Strong: a reader (a resumed export, a server starting) sees every finished write

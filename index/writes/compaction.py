@@ -34,7 +34,7 @@ from densehybrid.index import errors
 from densehybrid.index.storage import files
 
 from densehybrid.index.building import shards
-from densehybrid.index.engines import faiss_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.writes.wal import fsync_directory
@@ -82,8 +82,12 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     count = len(keep) + len(delta)
     spec = base.spec
     values_dtype = str(base.values.dtype)
+    # an hnsw base gets the graph of the new rows, built as the base's was
+    ann = hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]) if hnsw_engine.is_hnsw(
+        base.manifest["first_stage"]) else None
     staged, first_stage = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
-                                          pq=_pq_config(base.manifest["first_stage"]), values_dtype=values_dtype)
+                                          pq=_pq_config(base.manifest["first_stage"]), values_dtype=values_dtype,
+                                          ann=ann)
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
         rows = base.field_values(keep, list(schema)) + [d.fields for d in written]

@@ -100,6 +100,16 @@ class LiveIndex(ManifestView, ServedIndex):
         return self._state.searcher.device
 
     @property
+    def first_stage(self) -> dict:
+        """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|milvus} and, for a graph, its default
+        ``ef_search``."""
+        store = self._state.searcher.store
+        ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
+        if self.base.remote:
+            return {"type": "milvus", "index_type": store.index_type, **ef}
+        return {"type": store.first_stage, **ef}
+
+    @property
     def spec(self):
         return self.base.spec
 

@@ -1,0 +1,62 @@
+"""The scale benchmark's outputs: a table on the terminal, the JSON file, a recall-vs-latency plot (PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+PLOT_HINT = "pip install matplotlib"
+
+
+def print_table(results: list[dict], console: Console | None = None) -> None:
+    table = Table(title="first stage, batch 1 (ms; this machine, one run)")
+    for column in ("rows x dim", "first stage", "p50", "p99", "recall@10", "rescore p50"):
+        table.add_column(column)
+    for r in results:
+        shape = f"{r['rows']:,} x {r['dim']}"
+        flat = r["flat"]
+        table.add_row(shape, "flat", f"{flat['first_stage']['p50']:.2f}", f"{flat['first_stage']['p99']:.2f}",
+                      f"{flat['recall_at_10']:.3f}", "-")
+        for s in r["hnsw_sweep"]:
+            table.add_row(shape, f"hnsw ef {s['ef_search']}", f"{s['first_stage']['p50']:.2f}",
+                          f"{s['first_stage']['p99']:.2f}", f"{s['recall_at_10']:.3f}", f"{s['rescore_ms_p50']:.3f}")
+    (console or Console()).print(table)
+
+
+def write_json(results: list[dict], path: Path) -> Path:
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def plot(results: list[dict], path: Path) -> Path:
+    """Recall@10 against batch-1 p50 latency: one curve per ef_search sweep, the flat scan as a point."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError(f"the plot needs matplotlib: {PLOT_HINT}") from exc
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for r in results:
+        label = f"{r['rows']:,} x {r['dim']}"
+        line, = ax.plot([s["first_stage"]["p50"] for s in r["hnsw_sweep"]],
+                        [s["recall_at_10"] for s in r["hnsw_sweep"]], marker="o", label=f"hnsw, {label}")
+        for s in r["hnsw_sweep"]:
+            ax.annotate(str(s["ef_search"]), (s["first_stage"]["p50"], s["recall_at_10"]), fontsize=7,
+                        textcoords="offset points", xytext=(3, -9))
+        ax.plot([r["flat"]["first_stage"]["p50"]], [r["flat"]["recall_at_10"]], marker="s", linestyle="none",
+                color=line.get_color(), label=f"flat, {label}")
+    ax.set_xscale("log")
+    ax.set_xlabel("batch-1 first stage p50 (ms, log scale)")
+    ax.set_ylabel("recall of the final top-10")
+    ax.set_title("HNSW (labels: ef_search) vs the exact flat scan")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,74 @@
+"""Write the approximate first stage of an index: a Faiss HNSW graph over scalar-quantized codes.
+
+:func:`write_ann` takes the index's vectors (the stored copy, ``vectors.faiss`` memory-mapped, or any
+(N, dim) float array) and writes ``first_stage.hnsw.faiss`` beside them; the build, an import and a
+compaction call it the same way (through ``index.building.first_stage``). The vectors are read in chunks, so the only copy in memory is the
+graph itself. The graph's links depend on the order threads insert rows, so two builds of the same
+vectors give graphs that differ slightly (their searches agree on all but a few candidates).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from dataclasses import replace
+
+from densehybrid.index.engines.hnsw_engine import ANN_FILE, ENCODINGS, HNSWConfig, augment_rows
+
+log = logging.getLogger(__name__)
+
+_ADD_ROWS = 65_536
+
+
+def new_hnsw(dim: int, config: HNSWConfig) -> faiss.Index:
+    """An empty L2 HNSW index of ``dim`` + 1 dims (the rows' augmented dim) over ``config.encoding`` codes."""
+    index = faiss.IndexHNSWSQ(dim + 1, ENCODINGS[config.encoding], config.m, faiss.METRIC_L2)
+    index.hnsw.efConstruction = config.ef_construction
+    index.hnsw.efSearch = config.ef_search
+    return index
+
+
+def train_rows(n: int, config: HNSWConfig) -> np.ndarray:
+    """Sorted row numbers of the seeded sample the quantizer's ranges are trained on."""
+    if n <= config.train_size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(config.seed).choice(n, config.train_size, replace=False))
+
+
+def max_norm2(xb: np.ndarray) -> float:
+    """The largest squared norm of the rows of ``xb``, read in chunks."""
+    return max(float(np.einsum("ij,ij->i", part, part).max())
+               for part in (np.asarray(xb[s:s + _ADD_ROWS], dtype=np.float32) for s in range(0, len(xb), _ADD_ROWS)))
+
+
+def build_hnsw(xb: np.ndarray, config: HNSWConfig) -> tuple[faiss.Index, HNSWConfig]:
+    """The graph of ``xb`` (N, dim) float16/float32 (a memory map is fine), rows added in chunks, and
+    ``config`` with the rows' ``max_norm2``."""
+    if xb.ndim != 2 or len(xb) == 0:
+        raise ValueError(f"an HNSW first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
+    config = replace(config, max_norm2=max_norm2(xb))
+    index = new_hnsw(xb.shape[1], config)
+    index.train(augment_rows(xb[train_rows(len(xb), config)], config.max_norm2))
+    started = time.perf_counter()
+    for s in range(0, len(xb), _ADD_ROWS):
+        index.add(augment_rows(xb[s:s + _ADD_ROWS], config.max_norm2))
+        log.debug("hnsw: %d of %d rows added (%.0f s)", min(s + _ADD_ROWS, len(xb)), len(xb),
+                  time.perf_counter() - started)
+    return index, config
+
+
+def write_ann(xb: np.ndarray, directory: str | Path, config: HNSWConfig = HNSWConfig()) -> dict:
+    """Build the graph of ``xb`` (N, dim) and write it into ``directory``; returns the manifest's
+    ``first_stage`` record. Call before ``files.write_manifest``, which checksums the file."""
+    started = time.perf_counter()
+    index, config = build_hnsw(xb, config)
+    path = Path(directory) / ANN_FILE
+    faiss.write_index(index, str(path))
+    log.info("hnsw first stage of %d rows (m=%d, %s codes) written in %.1f s: %.1f MB", len(xb), config.m,
+             config.encoding, time.perf_counter() - started, path.stat().st_size / 1e6)
+    return config.to_dict()

@@ -1,0 +1,166 @@
+"""The approximate CPU first stage: a Faiss HNSW graph over compact codes, rescored from the exact rows.
+
+The graph (``first_stage.hnsw.faiss``, written by ``index.building.ann``) stores each vector as
+8-bit (``sq8``) or float16 (``fp16``) scalar-quantized codes, so it adds a quarter or a half of the
+float32 copy a flat Faiss index would. Inner product is no distance, and a graph linked by it
+favours long vectors and misses neighbours, so the graph is built by L2 over each row with one more
+dim, ``sqrt(max_norm2 - |x|²)``, and searched with the query and a 0: the L2 order of those is the
+inner-product order of the originals (every row has the same augmented norm). It only finds candidates: :class:`HnswStore` reads each
+query's ``ef_search`` best from the graph and scores them again exactly against ``values`` (the
+index's one stored copy, ``vectors.faiss`` memory-mapped, that the rerank reads too), so every score a search reports is exact and only the
+candidate set is approximate. A filter that keeps few rows is answered exactly over those rows
+(a graph search would visit mostly rows it must skip).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from densehybrid.index.engines.faiss_engine import search as faiss_search
+from densehybrid.index.engines.host import HostRows
+from densehybrid.index.errors import SearchError
+from densehybrid.index.search import fusion, gip
+from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.vector_store import VectorStore
+
+ANN_FILE = "first_stage.hnsw.faiss"
+ENCODINGS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "fp16": faiss.ScalarQuantizer.QT_fp16}
+# a filter keeping at most this many rows, or this fraction of them, is searched exactly over its rows:
+# a scan of 20k rows costs about what a graph walk does, and below 5% the walk meets mostly rows it
+# must skip (estimates, not yet measured against each other)
+EXACT_KEPT_ROWS = 20_000
+EXACT_KEPT_FRACTION = 0.05
+_EXACT_CHUNK = 65_536
+# the widest graph walk a search may ask for (a service setting bounds it further)
+MAX_EF_SEARCH = 10_000
+
+
+@dataclass(frozen=True)
+class HNSWConfig:
+    """A Faiss HNSW first stage: ``m`` links per node, ``ef_construction`` at build time, ``ef_search``
+    candidates per query by default, codes in ``encoding`` (``sq8`` or ``fp16``)."""
+
+    m: int = 32
+    ef_construction: int = 128
+    ef_search: int = 128
+    encoding: str = "sq8"
+    train_size: int = 65_536
+    seed: int = 1234
+    max_norm2: float = 0.0  # the largest squared norm of a row (set by the build, for the augmented dim)
+
+    def __post_init__(self):
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"unknown HNSW encoding {self.encoding!r}; use one of {', '.join(ENCODINGS)}")
+        if min(self.m, self.ef_construction, self.ef_search, self.train_size) < 1:
+            raise ValueError("HNSW m, ef_construction, ef_search and train_size must be >= 1")
+
+    def to_dict(self) -> dict:
+        """The manifest's ``first_stage`` entry."""
+        return {"type": "hnsw", "file": ANN_FILE, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "HNSWConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names})
+
+
+def is_hnsw(first_stage: dict) -> bool:
+    return first_stage.get("type") == "hnsw"
+
+
+def read_ann(path: Path, count: int, dim: int) -> faiss.Index:
+    """The graph file at ``path`` (codes memory-mapped); ValueError naming the problem when it is not ``count``
+    vectors of ``dim``."""
+    try:
+        # the codes are memory-mapped in place (pages read as walks reach them); the links are read in
+        index = faiss.read_index(str(path), getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
+    except RuntimeError as exc:
+        raise ValueError(f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(index, faiss.IndexHNSW):
+        raise ValueError(f"holds a {type(index).__name__}, expected an HNSW index")
+    if index.ntotal != count or index.d != dim + 1:
+        raise ValueError(f"holds {index.ntotal} vectors of {index.d - 1} dims, expected {count} of {dim}")
+    return index
+
+
+def augment_rows(xb: np.ndarray, max_norm2: float) -> np.ndarray:
+    """(N, dim) rows -> (N, dim + 1) float32 whose L2 neighbours of :func:`augment_queries` are the top inner products."""
+    xb = np.asarray(xb, dtype=np.float32)
+    extra = np.sqrt(np.maximum(max_norm2 - np.einsum("ij,ij->i", xb, xb), 0.0))
+    return np.ascontiguousarray(np.hstack([xb, extra[:, None]]), dtype=np.float32)
+
+
+def augment_queries(xq: np.ndarray) -> np.ndarray:
+    """(Q, dim) queries -> (Q, dim + 1) float32 with a 0 in the added dim."""
+    return np.ascontiguousarray(np.hstack([xq, np.zeros((len(xq), 1), np.float32)]), dtype=np.float32)
+
+
+def rescore(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner products of each query's candidate ``rows`` (Q, K) (-1: none) -> the top ``k`` sorted."""
+    valid = rows >= 0
+    safe = np.where(valid, rows, 0)
+    # one gather and a row-wise product per query: a few hundred rows, too few to pay for a threaded matmul
+    scores = np.stack([np.asarray(values[r], dtype=np.float32) @ q for q, r in zip(xq, safe)])
+    return gip.sort_by_score(np.where(valid, scores, -np.inf), np.where(valid, rows, -1), k)
+
+
+def exact_over(xq: np.ndarray, values: np.ndarray, kept: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top ``k`` inner products of ``xq`` (Q, dim) over the rows ``kept`` (sorted) only."""
+    best_scores = np.full((len(xq), 0), -np.inf, np.float32)
+    best_rows = np.full((len(xq), 0), -1, np.int64)
+    for s in range(0, len(kept), _EXACT_CHUNK):
+        rows = kept[s:s + _EXACT_CHUNK]
+        scores = xq @ np.asarray(values[rows], dtype=np.float32).T
+        best_scores, best_rows = gip.sort_by_score(np.concatenate([best_scores, scores], 1),
+                                                   np.concatenate([best_rows, np.broadcast_to(rows, scores.shape)], 1),
+                                                   k)
+    return best_scores, best_rows
+
+
+def searched_exactly(selection: Selection | None) -> bool:
+    """Whether a filter keeps so few rows that scanning them beats walking the graph."""
+    return selection is not None and (selection.count <= EXACT_KEPT_ROWS
+                                      or selection.fraction < EXACT_KEPT_FRACTION)
+
+
+class HnswStore(HostRows, VectorStore):
+    """HNSW candidates, exact scores: ``hnsw`` (an IndexHNSW over the N rows), values (N, dim) float16 or
+    float32, the stored copy memory-mapped, gates (N, G) uint8 or None; ``ef_search`` the default graph breadth per query."""
+
+    first_stage = "hnsw"
+
+    def __init__(self, hnsw: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, ef_search: int):
+        super().__init__(values, gates, doc_ids)
+        self.hnsw, self.ef_search = hnsw, ef_search
+
+    def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
+                      ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if ef_search is not None and not 1 <= ef_search <= MAX_EF_SEARCH:
+            raise SearchError(f"ef_search must be in 1..{MAX_EF_SEARCH}, got {ef_search}")
+        xq = np.ascontiguousarray(xq, dtype=np.float32)
+        if searched_exactly(selection):
+            return exact_over(xq, self.values, np.flatnonzero(selection.mask), depth)
+        # the graph keeps its ef best anyway: reading all of them costs nothing and the exact
+        # rescoring then orders the top ``depth`` by exact scores
+        breadth = max(ef_search or self.ef_search, depth)
+        if selection is not None:  # a walk meets kept rows at their rate: widen it as much to find as many
+            breadth = min(MAX_EF_SEARCH, int(np.ceil(breadth / selection.fraction)))
+        params = faiss.SearchParametersHNSW(efSearch=breadth)
+        if selection is not None:
+            bits = np.packbits(selection.mask, bitorder="little")
+            params.sel = faiss.IDSelectorBitmap(len(selection.mask), faiss.swig_ptr(bits))  # bits outlive the search
+        _, rows = faiss_search(self.hnsw, augment_queries(xq), breadth, params)
+        return rescore(xq, self.values, rows, depth)
+
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return gip.rerank(xq, gq, self.values, self.gates, rows, k)
+
+    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        safe = np.where(rows >= 0, rows, 0)
+        lexical, dense = fusion.split_query(xq, 0 if self.gates is None else self.gates.shape[1])
+        return (gip.score_rows(lexical, gq, self.values, self.gates, safe),
+                gip.score_rows(dense, gq, self.values, self.gates, safe))

@@ -1,0 +1,60 @@
+"""``densehybrid bench --scale``: Pyserini's layout round trip, and a small run end to end."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from densehybrid.bench import pyserini_layout, scale_vectors
+from densehybrid.bench.scale import exhaustive_top
+from densehybrid.cli.main import app
+
+
+def test_a_pyserini_directory_holds_the_vectors_and_ids_in_row_order(tmp_path):
+    xb = scale_vectors.passages(300, 16, seed=3)
+    ids = [f"msmarco-{i}" for i in range(300)]
+    directory = pyserini_layout.write_pyserini_dir(tmp_path / "p", xb, ids)
+    assert sorted(p.name for p in directory.iterdir()) == ["docid", "index"]
+    assert (directory / "docid").read_text().splitlines() == ids
+    got, got_ids = pyserini_layout.read_pyserini_dir(directory)
+    np.testing.assert_array_equal(got, xb)
+    assert got_ids == ids
+
+
+def test_seeded_vectors_repeat_and_queries_differ_from_passages():
+    a, b = scale_vectors.passages(500, 8, seed=1), scale_vectors.passages(500, 8, seed=1)
+    np.testing.assert_array_equal(a, b)
+    assert not np.isin(scale_vectors.queries(5, 8, seed=1), a).all()
+
+
+def test_fitted_distractors_keep_the_real_rows_and_match_their_moments():
+    rng = np.random.default_rng(0)
+    real = rng.standard_normal((4000, 6)) @ np.diag([3, 2, 1, 0.5, 0.2, 0.1]) + 1.0
+    drawn = scale_vectors.passages(40_000, 6, seed=2, fit=real)
+    np.testing.assert_array_equal(drawn[:4000], real.astype(np.float32))
+    np.testing.assert_allclose(drawn[4000:].mean(0), real.mean(0), atol=0.05)
+    np.testing.assert_allclose(np.cov(drawn[4000:], rowvar=False), np.cov(real, rowvar=False), atol=0.1)
+
+
+def test_exhaustive_top_is_numpy_argsort():
+    xb, xq = scale_vectors.passages(2000, 16, seed=4), scale_vectors.queries(7, 16, seed=4)
+    want = np.argsort(-(xq @ xb.T), axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(exhaustive_top(xq, xb), want)
+
+
+def test_bench_scale_writes_the_numbers_and_cleans_up(tmp_path):
+    out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
+    with_plot = pytest.importorskip("matplotlib", reason="the plot needs matplotlib") is not None
+    result = CliRunner().invoke(app, ["bench", "--scale", "3000", "--scale-dim", "32", "--out", str(out),
+                                      "--plot", str(plot), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(out.read_text())
+    assert run["rows"] == 3000 and run["dim"] == 32 and run["flat"]["recall_at_10"] >= 0.99
+    sweep = {s["ef_search"]: s for s in run["hnsw_sweep"]}
+    assert sweep[512]["recall_at_10"] >= 0.98 and sweep[512]["recall_at_10"] >= sweep[16]["recall_at_10"]
+    # sq8 codes: a byte per dim (and the added one) beside each node's links (2 M at level 0, 4 bytes each)
+    assert run["files"]["first_stage.hnsw.faiss"] <= 3000 * ((32 + 1) + 1.25 * 2 * 32 * 4) + 65_536
+    assert run["pyserini_files"]["index"] > 3000 * 32 * 4
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" or not with_plot
+    assert not (tmp_path / "scale-data").exists() or not any((tmp_path / "scale-data").iterdir())
