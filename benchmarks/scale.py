@@ -1,7 +1,7 @@
 """``densehybrid bench --scale N``: N seeded passage vectors in Pyserini's layout, made an index, searched.
 
-Steps, each timed: write the vectors as a Pyserini Faiss directory (``index`` + ``docid``); read it
-back and publish a densehybrid index of them with an HNSW graph beside the exact rows; open it (time
+Steps, each timed: write the vectors as a Pyserini Faiss directory (``index`` + ``docid``); import it
+(``index import --ann hnsw``: the float16 copy, and an HNSW graph built from it); open it (time
 and resident memory); then batch-1 first stages: the exact flat scan, and the graph at each
 ``ef_search`` of the sweep with its candidates rescored exactly. Recall is of the final top-10
 against the exhaustive top-10 over the same float16 rows. The numbers are of this machine and this
@@ -24,11 +24,10 @@ import numpy as np
 
 from densehybrid.bench import pyserini_layout, scale_vectors
 from densehybrid.bench.timing import summarize
-from densehybrid.encoder.base import Encoded, EncoderSpec
-from densehybrid.index.building.build import build_from_arrays
+from densehybrid.encoder.base import EncoderSpec
+from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
-from densehybrid.index.storage.documents import Document
 from densehybrid.index.storage.files import load_index
 
 log = logging.getLogger(__name__)
@@ -107,16 +106,14 @@ def _per_query(fn, xq: np.ndarray) -> tuple[dict, np.ndarray]:
     return summarize(samples).to_dict(), np.array(rows)
 
 
-def _publish(config: ScaleConfig, pyserini: Path, out: Path) -> dict:
+def _publish(config: ScaleConfig, pyserini: Path, out: Path, dim: int) -> dict:
+    """``index import --ann hnsw`` of the Pyserini directory: the float16 copy, then the graph built from it."""
     started = time.perf_counter()
-    xb, ids = pyserini_layout.read_pyserini_dir(pyserini)
-    spec = EncoderSpec(kind="cls", dim=xb.shape[1], gated_dim=0, lam=1.0, model_id="bench-scale",
+    spec = EncoderSpec(kind="cls", dim=dim, gated_dim=0, lam=1.0, model_id="bench-scale",
                        weights_hash="synthetic")
-    read_s = time.perf_counter() - started
-    build_from_arrays(out, spec, Encoded(xb, None), [Document(i, "", "") for i in ids], ann=config.hnsw)
+    import_pyserini(pyserini, out, spec, ImportOptions(ann=config.hnsw))
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"read_s": round(read_s, 2), "publish_s": round(time.perf_counter() - started - read_s, 2),
-            "hnsw": manifest["first_stage"]}
+    return {"import_s": round(time.perf_counter() - started, 2), "hnsw": manifest["first_stage"]}
 
 
 def run_scale(config: ScaleConfig) -> dict:
@@ -126,8 +123,9 @@ def run_scale(config: ScaleConfig) -> dict:
     started = time.perf_counter()
     pyserini = pyserini_layout.write_pyserini_dir(work / "pyserini", xb, [f"p{i}" for i in range(len(xb))])
     written_s = time.perf_counter() - started
+    dim = xb.shape[1]
     del xb
-    built = _publish(config, pyserini, work / "index")
+    built = _publish(config, pyserini, work / "index", dim)
     opened = open_cost(work / "index")
     index = load_index(work / "index", checksums=False)
     want = exhaustive_top(xq, index.values)
