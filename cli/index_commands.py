@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.encoder_options import BuildBackend, EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
@@ -109,6 +109,7 @@ def index_build(
     ray_batch_size: Optional[int] = typer.Option(None, "--ray-batch-size", min=1,
                                                  help="with --ray: passages per Ray batch (whole --batch-size forwards; "
                                                       "default 4 forwards)"),
+    backend: Optional[BuildBackend] = typer.Option(None, "--backend", help=BuildBackend.__doc__),
     encoder: EncoderOptions = None,
 ) -> None:
     """Encode a corpus and publish an index (manifest, Faiss, float16 values, uint8 gates, SQLite texts)."""
@@ -122,7 +123,8 @@ def index_build(
                            prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
                            fields=tuple(field), fields_from_metadata=fields_from_metadata)
     try:
-        model = commands.load_model(encoder.config, encoder.device)
+        model = commands.load_model(encoder.config, encoder.device, backend=backend and backend.value,
+                                    precision=encoder.precision)
         start = time.perf_counter()
         if ray:
             _ray_build(model, encoder, corpus, out, options, RayOptions(ray, ray_batch_size))
@@ -158,8 +160,7 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
 def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Optional[str] = None,
           collection: Optional[str] = None):
     index = _open(index_dir, milvus_uri, collection)
-    model = commands.encoder_for_index(index, encoder.config, encoder.device)
-    return index, model
+    return index, commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
 
 
 MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
@@ -240,7 +241,7 @@ def eval_command(
     """
     try:
         index = _open(index_dir, milvus_uri, collection)
-        model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device)
+        model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
         search_kwargs = dict(first_stage=first_stage, candidates=candidates, theta=theta, lam=encoder.fixed_lambda("eval"),
                              rerank=not no_rerank, device=resolve_search_device(search_device, index))
         if compare_fusion:

@@ -110,6 +110,7 @@ class ModelInfo(BaseModel):
     skip_mlm: bool
     device: str
     backend: str = Field(description="the encoder's runtime: torch or onnx (what backend=auto chose)")
+    precision: str = Field("fp32", description="what queries and texts are encoded in: fp32 or int8")
     max_query_length: int
     max_passage_length: int
     truncation: str
@@ -122,6 +123,7 @@ class IndexInfo(BaseModel):
     lam: float
     fields: dict[str, str] = Field({}, description="payload fields a search can filter on and return, with their "
                                                    "types (keyword, integer, float, bool, keyword_list)")
+    precision: str = Field("fp32", description="what the index's passages were encoded in: fp32 or int8")
 
 
 class PromptsInfo(BaseModel):
