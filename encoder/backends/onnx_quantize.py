@@ -4,8 +4,9 @@
 one scale per output channel, and activations quantized per batch at run time
 (``quantize_dynamic``). Each graph is first run through ONNX Runtime's pre-processing
 (shape inference and graph optimization) so that quantization sees fused ops.
-The MLM head is never quantized: its ReLU-log saturation turns small
-logit errors into terms switched on or off, which moves DLR gates (docs/precision.md).
+The MLM head stays float32: SPLADE's log(1 + relu) turns logit errors near zero into
+terms switched on or off, and the DLR gates are decided there; the quality gate measured
+int8 with the head in float32 (docs/precision.md).
 
 Files are written under a temporary name and renamed into place, so a reader
 never sees half a graph; :func:`ensure_quantized` makes them once per export.
