@@ -15,9 +15,11 @@ project), serves the same model directory with it and drives it with the same lo
 prints the ratio table. infinity has no search: its ``search`` workload is ``/embeddings`` of the same
 single query, an upper bound for infinity plus any vector store. Rounds are interleaved (densehybrid,
 peer, densehybrid, ...) on fresh servers and the median round is reported, because this machine is
-shared and absolute numbers drift.
+shared and absolute numbers drift. ``--infinity-engine optimum`` runs infinity on ONNX Runtime (its fastest
+CPU engine) over an ``optimum-cli export onnx`` of the model, in a virtual environment of its own.
 
     python -m densehybrid.bench.encode_peers --rounds 3 --infinity
+    python -m densehybrid.bench.encode_peers --rounds 3 --infinity --infinity-engine optimum --workloads query passages
     python -m densehybrid.bench.encode_peers --workloads search --data DIR --corpus-limit 200
 
 Needs wrk (``apt-get install wrk``).
@@ -36,7 +38,7 @@ from importlib import resources
 from itertools import islice
 from pathlib import Path
 
-from densehybrid.bench.infinity_peer import infinity_venv, start_infinity
+from densehybrid.bench.infinity_peer import ENGINES, InfinityPeer
 from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 from densehybrid.bench.service_latency import QUERIES
 from densehybrid.encoder.zoo import resolve
@@ -253,8 +255,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus-limit", type=int, help="search workload: index only the first N passages")
     parser.add_argument("--index-cache", type=Path, default=INDEX_CACHE, help="where the search index is built once")
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for densehybrid serve (repeat)")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "int8"),
+                        help="densehybrid's encoder precision; several: each measured in every round (search: with "
+                             "--allow-precision-mismatch against the fp32 index)")
     parser.add_argument("--infinity", action="store_true", help="also run infinity-emb on the same model directory")
-    parser.add_argument("--infinity-venv", type=Path, default=Path.home() / ".cache" / "densehybrid" / "infinity-venv")
+    parser.add_argument("--infinity-engine", choices=ENGINES, default="torch", help="infinity-emb's engine")
+    parser.add_argument("--infinity-venv", type=Path, help="its virtual environment (default: one per engine in the "
+                        "user cache)")
     parser.add_argument("--batch-size", type=int, default=32, help="infinity-emb batch size")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
@@ -264,19 +271,25 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = Path(resolve(args.model))
     index = (search_index(args.data, args.model, args.index_cache, args.corpus_limit)
              if "search" in args.workloads else None)
-    ours_rounds, peer_rounds = [], []
-    executable = infinity_venv(args.infinity_venv) if args.infinity else None
+    ours_rounds: dict[str, list] = {precision: [] for precision in args.precision}
+    peer_rounds = []
+    peer = InfinityPeer.prepare(args.infinity_engine, model_dir, args.infinity_venv) if args.infinity else None
     for _ in range(args.rounds):
-        ours_rounds.append(measure_densehybrid(args.model, index, args.server_arg, args.workloads, args.clients, load))
-        if executable is not None:
-            peer_rounds.append(measure(lambda workload: start_infinity(executable, model_dir, args.batch_size),
-                                       lambda w: infinity_request(w, str(model_dir)), args.workloads, args.clients,
+        for precision, rounds in ours_rounds.items():
+            extra = [*args.server_arg, "--precision", precision, "--allow-precision-mismatch"]
+            rounds.append(measure_densehybrid(args.model, index, extra, args.workloads, args.clients, load))
+        if peer is not None:
+            peer_rounds.append(measure(lambda workload: peer.start(args.batch_size),
+                                       lambda w: infinity_request(w, peer.model_name), args.workloads, args.clients,
                                        load))
-    ours = median_round(ours_rounds)
-    peer = median_round(peer_rounds) if peer_rounds else None
-    print_table(ours, peer)
+    ours = {precision: median_round(rounds) for precision, rounds in ours_rounds.items()}
+    peer_results = median_round(peer_rounds) if peer_rounds else None
+    for precision, results in ours.items():
+        print(f"\n== densehybrid {precision}" + (f" vs infinity {args.infinity_engine}" if peer else ""))
+        print_table(results, peer_results)
     if args.json:
-        args.json.write_text(json.dumps({"densehybrid": ours, "infinity": peer, "rounds": args.rounds}, indent=1))
+        args.json.write_text(json.dumps({"densehybrid": ours, "infinity": peer_results, "rounds": args.rounds,
+                                         "infinity_engine": args.infinity_engine if peer else None}, indent=1))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ and defaults as ``serve``), parsed into one :class:`EncoderOptions`::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import typer
@@ -25,7 +26,14 @@ from densehybrid.encoder.config import EncoderConfig
 if TYPE_CHECKING:
     from densehybrid.encoder.base import Encoder
 
-ENCODER_FLAGS: tuple[str, ...] = (*EncoderConfig.field_names(), "device")
+ENCODER_FLAGS: tuple[str, ...] = (*EncoderConfig.field_names(), "device", "precision")
+
+
+class BuildBackend(str, Enum):
+    """encoder runtime of an index build: torch, or onnx (ONNX Runtime); default: torch, onnx for --precision int8"""
+
+    torch = "torch"
+    onnx = "onnx"
 
 
 @dataclass(frozen=True)
@@ -35,13 +43,14 @@ class EncoderOptions:
     config: EncoderConfig = field(default_factory=EncoderConfig)
     device: str | None = None
     lambda_auto: bool = False  # --lambda auto: only an index build can choose λ (from its corpus)
+    precision: str | None = None  # None: fp32, or the index's for the commands that read one
 
     @classmethod
     def from_flags(cls, flags: dict) -> "EncoderOptions":
         lam = flags["lam"]
         config = EncoderConfig(**{**{k: flags[k] for k in EncoderConfig.field_names()},
                                   "lam": None if lam == "auto" else lam})
-        return cls(config, flags["device"], lam == "auto")
+        return cls(config, flags["device"], lam == "auto", flags["precision"])
 
     @property
     def model(self) -> str | None:
@@ -53,7 +62,9 @@ class EncoderOptions:
 
         if not self.model:
             raise typer.BadParameter("--model is required (a zoo name, a local directory or a hub id)")
-        return load_encoder(self.config, device=self.device)
+        precision = self.precision or "fp32"
+        return load_encoder(self.config, device=self.device, precision=precision,
+                            backend="onnx" if precision == "int8" else "torch")
 
     def fixed_lambda(self, command: str) -> float | None:
         """λ for a command that has no corpus to choose it from (search, eval, serve)."""
@@ -64,7 +75,8 @@ class EncoderOptions:
     def serve_settings(self) -> dict:
         """The options given, as ServiceSettings fields."""
         self.fixed_lambda("serve")
-        return {**self.config.given(), **({"device": self.device} if self.device is not None else {})}
+        return {**self.config.given(), **({"device": self.device} if self.device is not None else {}),
+                **({"precision": self.precision} if self.precision is not None else {})}
 
 
 def lambda_auto_error(command: str) -> str:

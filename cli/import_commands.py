@@ -19,7 +19,6 @@ from densehybrid.encoder.errors import EncoderError
 from densehybrid.index.building import commands
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.errors import IndexAccessError
-from densehybrid.index.search.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.storage.files import load_index, verify_index
 from densehybrid.index.storage.vectors import DTYPES
 
@@ -38,12 +37,6 @@ VECTORS_DTYPE_OPTION = typer.Option(
          "(float16: half the disk and memory; float32: the encoder's values as they are)")
 
 
-def _check_fusion(value: str) -> str:
-    if value not in FUSION_METHODS:
-        raise typer.BadParameter(f"one of {', '.join(FUSION_METHODS)}")
-    return value
-
-
 @with_encoder_options
 @with_first_stage_options
 def index_import(
@@ -54,8 +47,6 @@ def index_import(
     vectors_dtype: str = VECTORS_DTYPE_OPTION,
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing index at --out"),
-    fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
-                               help="dhr/fusion: the searches' default mix of the two parts"),
     field: list[str] = typer.Option([], "--field", help="keep this metadata field of the corpus as a filterable "
                                     "payload column (repeatable; needs --corpus in docid order)"),
     fields_from_metadata: bool = typer.Option(False, "--fields-from-metadata",
@@ -70,7 +61,7 @@ def index_import(
     if not encoder.model:
         raise typer.BadParameter("--model is required (the query encoder matching the vectors)")
     options = ImportOptions(corpus=corpus, values_dtype=vectors_dtype, name=name, overwrite=overwrite,
-                            pq=first_stage.pq, ann=first_stage.ann, fusion_method=fusion,
+                            pq=first_stage.pq, ann=first_stage.ann,
                             fields=tuple(field), fields_from_metadata=fields_from_metadata)
     try:
         spec = commands.load_model(encoder.config, encoder.device).spec

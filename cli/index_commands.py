@@ -13,13 +13,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
+from densehybrid.cli.encoder_options import BuildBackend, EncoderOptions, with_encoder_options
 from densehybrid.cli.errors import fail
 from densehybrid.cli.first_stage_options import FirstStageOptions, with_first_stage_options
+from densehybrid.cli.prompt_options import build_prompts
 from densehybrid.cli.import_commands import VECTORS_DTYPE_OPTION
 from densehybrid.encoder.base import SCALED_KINDS
 from densehybrid.encoder.errors import EncoderError
-from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.building import commands
 from densehybrid.index.search import filters
 from densehybrid.index.building.build import BuildOptions, build_index
@@ -49,23 +49,6 @@ def _check_fusion(value: str | None) -> str | None:
     if value is not None and value not in FUSION_METHODS:
         raise typer.BadParameter(f"one of {', '.join(FUSION_METHODS)}")
     return value
-
-
-def _named_prompts(values: list[str] | None) -> dict[str, str]:
-    named = {}
-    for value in values or []:
-        name, sep, text = value.partition("=")
-        if not sep or not name:
-            raise typer.BadParameter(f"{value!r} is not NAME=TEXT", param_hint="--prompt")
-        named[name] = text
-    return named
-
-
-def _build_prompts(query: str | None, passage: str | None, named: list[str] | None, default: str | None) -> Prompts:
-    try:
-        return Prompts.of(query, passage, _named_prompts(named), default)
-    except PromptError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--default-prompt-name") from None
 
 
 _FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (auto: the mix the index chose from its corpus; "
@@ -108,6 +91,7 @@ def index_build(
     ray_batch_size: Optional[int] = typer.Option(None, "--ray-batch-size", min=1,
                                                  help="with --ray: passages per Ray batch (whole --batch-size forwards; "
                                                       "default 4 forwards)"),
+    backend: Optional[BuildBackend] = typer.Option(None, "--backend", help=BuildBackend.__doc__),
     encoder: EncoderOptions = None,
     first_stage: FirstStageOptions = None,
 ) -> None:
@@ -119,10 +103,11 @@ def index_build(
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
                            lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=first_stage.pq, ann=first_stage.ann,
                            name=name, progress=not no_progress, fusion_method=fusion,
-                           prompts=_build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
+                           prompts=build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
                            fields=tuple(field), fields_from_metadata=fields_from_metadata, values_dtype=vectors_dtype)
     try:
-        model = commands.load_model(encoder.config, encoder.device)
+        model = commands.load_model(encoder.config, encoder.device, backend=backend and backend.value,
+                                    precision=encoder.precision)
         start = time.perf_counter()
         if ray:
             _ray_build(model, encoder, corpus, out, options, RayOptions(ray, ray_batch_size))
@@ -159,8 +144,7 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
 def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Optional[str] = None,
           collection: Optional[str] = None):
     index = _open(index_dir, milvus_uri, collection)
-    model = commands.encoder_for_index(index, encoder.config, encoder.device)
-    return index, model
+    return index, commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
 
 
 MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
@@ -240,7 +224,8 @@ def eval_command(
     """
     try:
         index = _open(index_dir, milvus_uri, collection)
-        model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device)
+        model = None if bm25 else commands.encoder_for_index(index, encoder.config, encoder.device,
+                                                                 precision=encoder.precision)
         device = resolve_search_device(search_device, index)
         params = SearchParams(k=1000, first_stage=first_stage, candidates=candidates, theta=theta,
                               lam=encoder.fixed_lambda("eval"), rerank=not no_rerank, method=fusion)

@@ -26,6 +26,7 @@ class Backbone(abc.ABC):
     tokenizer: RoleTokenizer
     with_mlm: bool  # whether forward returns MLM logits (False: the model was loaded without its head)
     backend: str
+    precision: str = "fp32"  # what the forward computes in (int8: ONNX Runtime's quantized graphs)
 
     @property
     @abc.abstractmethod

@@ -183,3 +183,8 @@ class Encoder(abc.ABC):
     def backend(self) -> str:
         """The runtime of the forward: "torch" or "onnx" (what ``load_encoder``'s ``backend`` chose)."""
         return "torch"
+
+    @property
+    def precision(self) -> str:
+        """What the forward computes in: "fp32" or "int8" (``load_encoder``'s ``precision``)."""
+        return "fp32"

@@ -15,6 +15,8 @@ Lexical = Literal["delade", "skip_mlm", "splade"]
 Pooling = Literal["cls", "mean"]
 # the runtime of the transformer forward; "auto" is ONNX Runtime on a CPU, torch elsewhere
 Backend = Literal["auto", "torch", "onnx"]
+# the numbers the transformer forward runs in: float32, or int8 weights (ONNX Runtime dynamic quantization)
+Precision = Literal["fp32", "int8"]
 # which end of an over-long text is cut: "right" keeps its first tokens, "left" its last ones
 Direction = Literal["right", "left"]
 
@@ -23,6 +25,7 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 LEXICALS: tuple[Lexical, ...] = get_args(Lexical)
 POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 GATED_KINDS: frozenset[str] = frozenset({"dhr", "dlr", "fusion"})
 SCALED_KINDS: frozenset[str] = frozenset({"dhr", "fusion"})

@@ -58,6 +58,10 @@ class TransformerEncoder(Encoder):
     def backend(self) -> str:
         return self.backbone.backend
 
+    @property
+    def precision(self) -> str:
+        return self.backbone.precision
+
     def tokenize(self, texts: Sequence[str], role: Role, *, direction: Direction = "right",
                  prompt: str = "") -> list[TokenizedText]:
         return [TokenizedText({MODEL_KEY: ids}, truncated=len(ids) < full, full_length=full)
@@ -184,6 +188,11 @@ class FusionEncoder(Encoder):
     def backend(self) -> str:
         """One runtime, or "onnx+torch" where ``auto`` could run only the lexical half on ONNX Runtime."""
         halves = (self.lexical.backend, self.dense.backend)
+        return halves[0] if halves[0] == halves[1] else "+".join(halves)
+
+    @property
+    def precision(self) -> str:
+        halves = (self.lexical.precision, self.dense.precision)
         return halves[0] if halves[0] == halves[1] else "+".join(halves)
 
     def tokenize(self, texts: Sequence[str], role: Role, *, direction: Direction = "right",

@@ -9,8 +9,9 @@ Kind defaults: lexical ``delade`` for ``aggretriever``/``dhr`` (``skip_mlm`` whe
 else ``splade``; fusion's lexical half is ``splade``; λ = 1; max lengths 32/128
 (capped at the model's positions); pooling ``cls``, no normalisation.
 
-The runtime is chosen here too (``backend``): an ONNX encoder is built on an
-ONNX backbone from the start and keeps no torch transformer.
+The runtime is chosen here too (``backend``, ``precision``): an ONNX encoder is built on an
+ONNX backbone from the start and keeps no torch transformer; int8 runs on ONNX Runtime,
+for the kinds :mod:`encoder.precision` admits.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 from densehybrid.encoder import zoo
 from densehybrid.encoder.backbone import Backbone, TorchBackbone
 from densehybrid.encoder.base import Encoder, EncoderSpec
-from densehybrid.encoder.choices import BACKENDS, GATED_KINDS, KINDS, Backend
+from densehybrid.encoder.choices import BACKENDS, GATED_KINDS, KINDS, Backend, Precision
 from densehybrid.encoder.config import (
     DEFAULT_AGG_DIM, DEFAULT_DLR_DIM, DEFAULT_LAMBDA, DEFAULT_MAX_PASSAGE_LENGTH, DEFAULT_MAX_QUERY_LENGTH,
     DEFAULT_POOLING, EncoderConfig,
@@ -35,6 +36,7 @@ from densehybrid.encoder.config import (
 from densehybrid.encoder.device import pick_device
 from densehybrid.encoder.encoders import ENCODER_CLASSES, CLSEncoder, FusionEncoder, LexicalEncoder, TransformerEncoder
 from densehybrid.encoder.errors import ModelDirError
+from densehybrid.encoder.precision import PrecisionError, check_precision
 from densehybrid.encoder.heads import POOLER, TERM_WEIGHT, head_exists, load_head, save_head
 from densehybrid.encoder.model_dir import (
     PASSAGE_DIR, QUERY_DIR, ModelDir, ModelSettings, identity_files, load_tokenizer, load_transformer, locate,
@@ -52,16 +54,21 @@ class _Runtime:
     device: torch.device
     backend: Backend
     cache_root: Path | None
+    precision: Precision = "fp32"
 
 
 def load_encoder(config: EncoderConfig | str, *, backend: Backend = "torch", device: str | None = None,
-                 cache_root: str | Path | None = None, **fields) -> Encoder:
+                 cache_root: str | Path | None = None, precision: Precision = "fp32", check_admission: bool = True,
+                 **fields) -> Encoder:
     """Load the encoder ``config`` describes, on ``device`` (``None``: a GPU if present), run by ``backend``.
 
     ``config`` may be a bare model id with its settings as keyword arguments
     (``load_encoder("splade-tiny", kind="dlr")`` is ``load_encoder(EncoderConfig("splade-tiny", kind="dlr"))``).
     ``backend``: ``"torch"``, ``"onnx"`` (ONNX Runtime; raises when it cannot run), or ``"auto"``
     (ONNX Runtime on a CPU, falling back to torch with a warning; torch on a GPU).
+    ``precision``: ``"fp32"``, or ``"int8"`` (ONNX Runtime's quantized graphs on a CPU, for admitted kinds;
+    raises :class:`~encoder.precision.PrecisionError` otherwise; ``check_admission=False`` is for the quality
+    gate that decides which kinds are admitted).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -79,13 +86,18 @@ def load_encoder(config: EncoderConfig | str, *, backend: Backend = "torch", dev
         raise ModelDirError(f"{model_dir.root}: no densehybrid.json records the kind; pass kind= one of {KINDS}")
     if config.kind is not None and model_dir.settings.kind not in (None, config.kind):
         log.info("%s: loading as kind %s (the directory records %s)", model, config.kind, model_dir.settings.kind)
-    runtime = _Runtime(pick_device(device), backend, Path(cache_root) if cache_root is not None else None)
+    if check_admission:
+        check_precision(settings.kind, precision)
+    if precision == "int8" and backend == "torch":
+        raise PrecisionError("int8 runs on ONNX Runtime: use backend onnx (or auto), not torch")
+    runtime = _Runtime(pick_device(device), backend, Path(cache_root) if cache_root is not None else None, precision)
     if settings.kind == "fusion":
         encoder = _load_fusion(model, model_dir, settings, runtime)
     else:
         encoder = _load_single(model, model_dir, settings, runtime)
-    log.info("loaded %s: kind=%s dim=%d gated=%d lexical=%s device=%s backend=%s", model, encoder.spec.kind,
-             encoder.spec.dim, encoder.spec.gated_dim, encoder.spec.lexical, encoder.device, encoder.backend)
+    log.info("loaded %s: kind=%s dim=%d gated=%d lexical=%s device=%s backend=%s precision=%s", model,
+             encoder.spec.kind, encoder.spec.dim, encoder.spec.gated_dim, encoder.spec.lexical, encoder.device,
+             encoder.backend, encoder.precision)
     return encoder
 
 
@@ -110,12 +122,12 @@ def _backbone(model_id: str, model_dir: ModelDir, with_mlm: bool, settings: Mode
             lengths[role] = max_positions
     tokenizer = RoleTokenizer(load_tokenizer(model_dir.query_path), lengths)
     backbone = TorchBackbone({"query": query, "passage": passage}, tokenizer, with_mlm)
-    if runtime.backend == "torch":
+    if runtime.backend == "torch":  # load_encoder refused int8 on torch
         return backbone
     from densehybrid.encoder.backends.onnx_backend import runtime_backbone
 
     return runtime_backbone(backbone, runtime.backend, runtime.device, cache_root=runtime.cache_root,
-                            model_id=model_id)
+                            model_id=model_id, precision=runtime.precision)
 
 
 def _lexical_mode(kind: str, settings: ModelSettings, model_dir: ModelDir) -> str:

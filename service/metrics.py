@@ -129,9 +129,11 @@ class ServiceMetrics:
         self.requests.labels(route=route, status=str(status)).inc()
         self.request_duration.labels(route=route).observe(seconds)
 
-    def describe_model(self, *, kind: str, model_id: str, device: str, skip_mlm: bool, backend: str = "torch") -> None:
+    def describe_model(self, *, kind: str, model_id: str, device: str, skip_mlm: bool, backend: str = "torch",
+                       precision: str = "fp32", index_precision: str | None = None) -> None:
+        """``precision``: what queries are encoded in; ``index_precision``: what the index's passages were ("" without one)."""
         self.model.info({"kind": kind, "model_id": model_id, "device": device, "skip_mlm": str(skip_mlm).lower(),
-                         "backend": backend})
+                         "backend": backend, "precision": precision, "index_precision": index_precision or ""})
 
     def describe_index(self, documents: int, dims: int) -> None:
         self.index_documents.set(documents)

@@ -132,6 +132,7 @@ class ModelInfo(BaseModel):
     skip_mlm: bool
     device: str
     backend: str = Field(description="the encoder's runtime: torch or onnx (what backend=auto chose)")
+    precision: str = Field("fp32", description="what queries and texts are encoded in: fp32 or int8")
     max_query_length: int
     max_passage_length: int
     truncation: str
@@ -148,6 +149,7 @@ class IndexInfo(BaseModel):
         "dhr/fusion: the manifest's fusion entry: the default method (auto: the mix chosen from the corpus at "
         "build, recorded under 'auto' with its statistics), the fixed methods' dense_weight and rrf_k; a "
         "request's 'fusion' overrides the method; null for other kinds"))
+    precision: str = Field("fp32", description="what the index's passages were encoded in: fp32 or int8")
     first_stage: FirstStage
 
 

@@ -17,7 +17,7 @@ from typing import ClassVar
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from densehybrid.encoder.choices import Backend, Kind, Pooling
+from densehybrid.encoder.choices import Backend, Kind, Pooling, Precision
 from densehybrid.encoder.config import (
     DEFAULT_AGG_DIM, DEFAULT_DLR_DIM, DEFAULT_LAMBDA, DEFAULT_MAX_PASSAGE_LENGTH, DEFAULT_MAX_QUERY_LENGTH, EncoderConfig,
 )
@@ -62,6 +62,12 @@ class ServiceSettings(BaseSettings):
     backend: Backend = Field(
         "auto", description="encoder runtime: torch, onnx (ONNX Runtime, same outputs to 1e-5), or auto: onnx on the "
                             "CPU (about 2x faster there), torch on a GPU")
+    precision: Precision | None = Field(
+        None, description="encoder precision: fp32, or int8 (ONNX Runtime's quantized graphs on the CPU, for the kinds "
+                          "whose retrieval quality was measured to hold; docs/precision.md); default: the index's, "
+                          "else fp32")
+    allow_precision_mismatch: bool = Field(False, description="encode queries in another precision than the index's "
+                                           "passages (refused otherwise)")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")
 

@@ -103,19 +103,37 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
     from densehybrid.encoder.backends.onnx_backend import OnnxBackendError
     from densehybrid.encoder.config import EncoderConfig
     from densehybrid.encoder.loading import load_encoder
+    from densehybrid.encoder.precision import PrecisionError
 
     config = settings.encoder_config()
     if index is not None:  # rebuild the encoder the index was built with, then what the settings give
         config = EncoderConfig.from_spec(index.spec).updated(config)
+    precision = query_precision(settings, index)
     try:
-        encoder = load_encoder(config, backend=settings.backend, device=settings.device)
+        encoder = load_encoder(config, backend=settings.backend, device=settings.device, precision=precision)
+    except PrecisionError as exc:
+        raise StartupError(f"cannot encode with model {config.model!r} in {precision}: {exc}") from exc
     except OnnxBackendError as exc:
         raise StartupError(f"cannot run model {config.model!r} on {settings.backend}: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one clear start-up message
         raise StartupError(f"cannot load model {config.model!r}: {type(exc).__name__}: {exc}") from exc
     log.info("model loaded", extra={"fields": {"model": config.model, "kind": encoder.spec.kind,
-                                               "device": encoder.device, "backend": encoder.backend}})
+                                               "device": encoder.device, "backend": encoder.backend,
+                                               "precision": encoder.precision}})
     return encoder
+
+
+def query_precision(settings: ServiceSettings, index) -> str:
+    """The precision queries are encoded in: the index's passages' unless the settings say otherwise, and then
+    only with ``allow_precision_mismatch`` (vectors of two precisions score a little apart)."""
+    recorded = index.encoded_precision if index is not None else None
+    if settings.precision is None:
+        return recorded or "fp32"
+    if recorded is not None and settings.precision != recorded and not settings.allow_precision_mismatch:
+        raise StartupError(f"--precision {settings.precision} differs from the index, whose passages were encoded "
+                           f"in {recorded} (recorded in its manifest); leave the flag out to use {recorded}, "
+                           "rebuild the index, or pass --allow-precision-mismatch")
+    return settings.precision
 
 
 def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
@@ -137,7 +155,8 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
                         pacer=WritePacer(settings.write_share, settings.max_waiting_writes))
     spec = encoder.spec
     metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm,
-                           backend=encoder.backend)
+                           backend=encoder.backend, precision=encoder.precision,
+                           index_precision=getattr(index, "encoded_precision", None) if index is not None else None)
     compactor = None
     if served is not None:
         metrics.describe_index(served.count, spec.dim)

@@ -58,10 +58,10 @@ def fake_models(monkeypatch):
 
     real_load = commands.load_model
 
-    def load(config, device=None):
+    def load(config, device=None, **runtime):
         if config.model.startswith(("fake:", "fake-")):
             return FakeEncoder(config.model[len("fake:"):], lam=config.lam or 1.0)
-        return real_load(config, device)
+        return real_load(config, device, **runtime)
 
     monkeypatch.setattr(commands, "load_model", load)
 

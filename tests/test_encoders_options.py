@@ -71,7 +71,7 @@ def test_encoder_flags_are_the_settings_fields_with_their_help():
 
     command = typer.main.get_command(_app([])).commands["build"]
     flags = {p.name: p for p in command.params if p.name in ENCODER_FLAGS}
-    assert set(flags) == set(EncoderConfig.field_names()) | {"device"}
+    assert set(flags) == set(EncoderConfig.field_names()) | {"device", "precision"}
     for name, param in flags.items():
         assert param.help == ServiceSettings.model_fields[name].description, name
         assert param.default is None, name  # not given: the model directory or the index decides

@@ -211,7 +211,8 @@ def test_metrics_expose_every_family(client):
     assert samples[("densehybrid_first_stage_duration_seconds_count", (("first_stage", "approx_gip"),))] >= 1
     info = families["densehybrid_model_info"].samples[0]
     assert info.value == 1
-    assert info.labels == {"kind": "dhr", "model_id": "fake-dhr", "device": "cpu", "skip_mlm": "false", "backend": "torch"}
+    assert info.labels == {"kind": "dhr", "model_id": "fake-dhr", "device": "cpu", "skip_mlm": "false", "backend": "torch",
+                           "precision": "fp32", "index_precision": "fp32"}
 
 
 # -- errors (docs/http-api.md): status, JSON body, and the next request still works ----------

@@ -9,6 +9,9 @@ The graphs cover the transformer and the MLM head; tokenization, the small heads
 backends can only differ by float rounding: |onnx - torch| <= 1e-5 + 1e-5·|torch|
 (tested on every kind).
 
+``precision="int8"`` runs the backbone's dynamically quantized graph instead
+(:mod:`encoder.backends.onnx_quantize`, made once beside the float32 one); the MLM head stays float32.
+
 Providers: CPU here; CUDA when ``onnxruntime-gpu`` (the ``gpu`` extra) is installed and
 the encoder's device is a GPU. The MLM head runs only on unpadded rows.
 """
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 
 from densehybrid.encoder.backbone import Backbone, TorchBackbone
-from densehybrid.encoder.choices import BACKENDS, ROLES, Backend, Role
+from densehybrid.encoder.choices import BACKENDS, ROLES, Backend, Precision, Role
 from densehybrid.encoder.tokenization import RoleTokenizer
 
 log = logging.getLogger(__name__)
@@ -63,8 +66,10 @@ def provider_options(device: str) -> list[dict]:
 class OnnxModel:
     """One exported model: ``hidden_states`` (backbone) and ``mlm_logits`` (head) sessions."""
 
-    def __init__(self, export_dir: str | Path, *, device: str = "cpu", threads: int | None = None):
+    def __init__(self, export_dir: str | Path, *, device: str = "cpu", threads: int | None = None,
+                 precision: Precision = "fp32"):
         from densehybrid.encoder.backends.onnx_export import BACKBONE_FILE, HEAD_FILE, read_meta
+        from densehybrid.encoder.backends.onnx_quantize import ensure_quantized
 
         ort = _ort()
         self.export_dir = Path(export_dir)
@@ -84,7 +89,11 @@ class OnnxModel:
             return ort.InferenceSession(str(self.export_dir / name), sess_options=options,
                                         providers=providers_for(device), provider_options=provider_options(device))
 
-        self._backbone = session(BACKBONE_FILE)
+        self.precision = precision
+        if precision == "int8" and device.startswith("cuda"):
+            raise OnnxBackendError("int8 runs on ONNX Runtime's CPU kernels; use precision fp32 on a GPU")
+        backbone_file = ensure_quantized(self.export_dir, BACKBONE_FILE).name if precision == "int8" else BACKBONE_FILE
+        self._backbone = session(backbone_file)
         self._head = session(HEAD_FILE) if self.has_mlm_head else None
         self.providers = self._backbone.get_providers()
 
@@ -122,6 +131,7 @@ class OnnxBackbone(Backbone):
 
     def __init__(self, runners: dict[Role, OnnxModel], tokenizer: RoleTokenizer, with_mlm: bool):
         self.runners, self.tokenizer, self.with_mlm = runners, tokenizer, with_mlm
+        self.precision = runners["query"].precision
 
     @property
     def tied(self) -> bool:
@@ -143,7 +153,8 @@ class OnnxBackbone(Backbone):
         return hidden.to(device), None if logits is None else logits.to(device)
 
 
-def onnx_backbone(backbone: TorchBackbone, device: torch.device, cache_root: Path) -> OnnxBackbone:
+def onnx_backbone(backbone: TorchBackbone, device: torch.device, cache_root: Path,
+                  precision: Precision = "fp32") -> OnnxBackbone:
     """Export (or find in the cache) each model of ``backbone``; the result shares none of its torch modules."""
     from densehybrid.encoder.backends.onnx_export import ensure_exported
 
@@ -151,9 +162,10 @@ def onnx_backbone(backbone: TorchBackbone, device: torch.device, cache_root: Pat
     for role in ROLES:  # a tied backbone shares one module, hence one export and one session
         model = backbone.models[role]
         if id(model) not in by_model:
-            by_model[id(model)] = OnnxModel(ensure_exported(model.cpu(), cache_root), device=str(device))
+            by_model[id(model)] = OnnxModel(ensure_exported(model.cpu(), cache_root), device=str(device),
+                                            precision=precision)
     runners = {role: by_model[id(backbone.models[role])] for role in ROLES}
-    log.info("running on ONNX Runtime (%s)", ", ".join(runners["query"].providers))
+    log.info("running on ONNX Runtime (%s, %s)", ", ".join(runners["query"].providers), precision)
     return OnnxBackbone(runners, backbone.tokenizer, backbone.with_mlm)
 
 
@@ -179,15 +191,15 @@ def onnx_serves(device: torch.device) -> bool:
 
 
 def runtime_backbone(backbone: TorchBackbone, backend: Backend, device: torch.device, *,
-                     cache_root: str | Path | None = None, model_id: str = "") -> Backbone:
+                     cache_root: str | Path | None = None, model_id: str = "", precision: Precision = "fp32") -> Backbone:
     """The backbone a freshly loaded torch ``backbone`` runs as: ``"torch"`` (itself), ``"onnx"``, or
     ``"auto"``: ONNX Runtime where :func:`onnx_serves`, falling back to torch (with a warning) when the
-    export fails, since both give the same vectors."""
+    export fails, since both give the same vectors. int8 runs on ONNX Runtime only, never falling back."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    if backend == "onnx":
-        return onnx_backbone(backbone, device, root)
+    if backend == "onnx" or precision == "int8":
+        return onnx_backbone(backbone, device, root, precision)
     if backend == "auto" and onnx_serves(device):
         try:
             return onnx_backbone(backbone, device, root)

@@ -23,16 +23,24 @@ from densehybrid.index.search.searcher import Searcher, SearchResults
 
 log = logging.getLogger(__name__)
 
-def load_model(config: EncoderConfig, device: str | None = None) -> Encoder:
-    """The one place the commands load a model (tests swap it for a fake encoder with a fixture)."""
+def load_model(config: EncoderConfig, device: str | None = None, *, backend: str | None = None,
+               precision: str | None = None) -> Encoder:
+    """The one place the commands load a model (tests swap it for a fake encoder with a fixture).
+
+    ``precision`` None: fp32; ``backend`` None: torch, or ONNX Runtime for int8 (the only runtime that has it)."""
     from densehybrid.encoder.loading import load_encoder
 
-    return load_encoder(config, device=device)
+    precision = precision or "fp32"
+    backend = backend or ("onnx" if precision == "int8" else "torch")
+    return load_encoder(config, device=device, backend=backend, precision=precision)
 
 
-def encoder_for_index(index: IndexFiles, config: EncoderConfig = EncoderConfig(), device: str | None = None) -> Encoder:
-    """The model ``config`` names (as configured there), else the one the manifest records; checked against the index."""
-    encoder = load_model(config if config.model else EncoderConfig.from_spec(index.spec), device)
+def encoder_for_index(index: IndexFiles, config: EncoderConfig = EncoderConfig(), device: str | None = None, *,
+                      precision: str | None = None) -> Encoder:
+    """The model ``config`` names (as configured there), else the one the manifest records; checked against the index.
+    Queries are encoded in ``precision``, else in the precision of the index's passages."""
+    encoder = load_model(config if config.model else EncoderConfig.from_spec(index.spec), device,
+                         precision=precision or index.encoded_precision)
     check_compatible(index.spec, encoder.spec)
     return encoder
 

@@ -27,8 +27,8 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index.building import shards
-from densehybrid.index.building.build import fusion_record, read_corpus, read_payload
 from densehybrid.index.building.ann import write_ann
+from densehybrid.index.building.build import read_corpus, read_payload
 from densehybrid.index.building.first_stage import check_first_stage, write_vectors_and_first_stage
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines import faiss_engine
@@ -52,7 +52,6 @@ class ImportOptions:
     ann: HNSWConfig | None = None  # an HNSW graph first stage (index.building.ann), rescored exactly
     name: str | None = None
     overwrite: bool = False
-    fusion_method: str = "lambda"
     fields: tuple[str, ...] = ()
     fields_from_metadata: bool = False
 
@@ -195,8 +194,8 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
         first_stage = _write_vectors(source, staged, options)
         files.write_doc_ids(staged, source.doc_ids)
         write_docs_at(staged, _documents(source, options.corpus))
-        extra = {"lambda": {"method": "model"}, "source": _source_record(source),
-                 **fusion_record(spec, options.fusion_method)}
+        # no fusion entry: a gated (fused) kind cannot be imported
+        extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
         if payload is not None:
             payload.write(staged)
             extra["fields"] = payload.schema

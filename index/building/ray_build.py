@@ -40,10 +40,10 @@ class RayOptions:
 class _EncodeForwards:
     """A Ray Data actor: loads the model once (the plain build's load path), encodes whole forward batches."""
 
-    def __init__(self, config: EncoderConfig, device: str | None):
+    def __init__(self, config: EncoderConfig, device: str | None, backend: str = "torch", precision: str = "fp32"):
         from densehybrid.index.building import commands
 
-        self.encoder = commands.load_model(config, device)
+        self.encoder = commands.load_model(config, device, backend=backend, precision=precision)
 
     def __call__(self, batch: dict) -> dict:
         positions = np.concatenate([np.asarray(p, dtype=np.int64) for p in batch["rows"]])
@@ -117,7 +117,8 @@ class RayShardEncoder:
         placement = {"num_gpus": 1} if self.use_gpus else {"num_cpus": 1}
         dataset = ray.data.from_items(items).map_batches(
             _EncodeForwards, batch_size=self.forwards_per_batch, batch_format="numpy", concurrency=self.actors,
-            fn_constructor_kwargs={"config": self.config, "device": self.device}, **placement)
+            fn_constructor_kwargs={"config": self.config, "device": self.device, "backend": self.encoder.backend,
+                                   "precision": self.encoder.precision}, **placement)
         spec = self.encoder.spec
         values = np.empty((len(texts), spec.dim), dtype=np.float32)
         gates = np.empty((len(texts), spec.gated_dim), dtype=np.uint8) if spec.gated_dim else None

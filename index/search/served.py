@@ -88,6 +88,11 @@ class ManifestView:
         return float(self.manifest.get("fusion", {}).get("rrf_k", DEFAULT_RRF_K))
 
     @property
+    def encoded_precision(self) -> str:
+        """The precision the passages were encoded in ("fp32" for indexes that predate the record)."""
+        return str((self.manifest.get("encoding") or {}).get("precision", "fp32"))
+
+    @property
     def field_types(self) -> dict[str, str]:
         """The payload fields a filter can name, with their types (``index.payload``); {} for none."""
         return dict(self.manifest.get("fields") or {})
