@@ -1,5 +1,6 @@
 """The HNSW first stage over the one stored copy of the vectors: ``index import --ann hnsw`` and the layout
-it shares with ``index build`` (``vectors.faiss`` and the graph; no ``values.npy``, no ``first_stage.faiss``)."""
+it shares with ``index build`` (``vectors.faiss`` and the graph; no ``values.npy``, no ``first_stage.faiss``);
+a request's ``ef_search`` reaches the graph only."""
 
 import numpy as np
 import pytest
@@ -12,7 +13,9 @@ from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import ANN_FILE, HNSWConfig, HnswStore
 from densehybrid.index.search.params import SearchParams
+from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.storage.files import load_index, verify_index
+from test_hnsw import make_index
 from test_import_pyserini import COUNT, write_pyserini
 
 SMALL = HNSWConfig(m=12, ef_construction=40, ef_search=24, train_size=200)
@@ -57,3 +60,15 @@ def test_import_refuses_pq_and_hnsw_together(tmp_path):
         import_pyserini(tmp_path / "pyserini", tmp_path / "ix", FakeEncoder("cls").spec,
                         ImportOptions(pq=PQConfig(m=8), ann=SMALL))
     assert not (tmp_path / "ix").exists()
+
+
+def test_approx_gip_scans_active_columns_and_ignores_ef_search(tmp_path):
+    """``approx_gip`` is a scan of the query's active columns on every engine: a request's ef_search does not
+    reach it (it used to be passed on and fail)."""
+    index = make_index(tmp_path, "dhr")
+    rng = np.random.default_rng(9)
+    queries = Encoded(rng.standard_normal((3, 32)).astype(np.float32), (rng.random((3, 16)) < 0.3).astype(np.uint8))
+    params = SearchParams(k=10, first_stage="approx_gip", candidates=200, theta=0.0)
+    graph = index.search(queries, params.but(ef_search=64))
+    assert graph.ids == index.search(queries, params).ids
+    assert graph.ids == Searcher(index, engine="torch").search(queries, params).ids

@@ -151,9 +151,9 @@ class Searcher:
                      selection: Selection | None = None):
         # a filter's rows only when it drops some; a graph breadth only to a store that walks a graph
         kept = {} if selection is None else {"selection": selection}
-        kept |= {"ef_search": params.ef_search} if params.ef_search is not None and self.first_stage == "hnsw" else {}
-        if params.first_stage == "approx_gip":
+        if params.first_stage == "approx_gip":  # a scan of the query's active columns: no graph to widen
             return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
+        kept |= {"ef_search": params.ef_search} if params.ef_search is not None and self.first_stage == "hnsw" else {}
         return self.store.inner_product(xq, depth, **kept)
 
     def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
