@@ -17,12 +17,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-import random
-from collections import Counter
 from pathlib import Path
 
-from densehybrid.cli.demo_corpus import _module_docs
-from densehybrid.cli.stdlib_eval_set import split_docstring, write_pairs
+from densehybrid.cli.stdlib_eval_set import unique_pairs, write_pairs
 
 
 def module_names(package: str) -> list[str]:
@@ -38,16 +35,7 @@ def module_names(package: str) -> list[str]:
 
 def candidate_pairs(package: str) -> list[tuple[str, str, str]]:
     """(qualified name, query, passage) of every usable docstring of ``package``, uniques only."""
-    pairs, seen = [], set()
-    for module in module_names(package):
-        for name, doc in _module_docs(module):
-            split = split_docstring(doc) if isinstance(doc, str) else None  # some classes' __doc__ is a property
-            if split is not None and name not in seen:
-                seen.add(name)
-                pairs.append((name, *split))
-    queries = Counter(q.lower() for _, q, _ in pairs)
-    passages = Counter(p for _, _, p in pairs)
-    return [(n, q, p) for n, q, p in pairs if queries[q.lower()] == 1 and passages[p] == 1]
+    return unique_pairs(module_names(package))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,10 +42,16 @@ def split_docstring(doc: str) -> tuple[str, str] | None:
 
 def candidate_pairs() -> list[tuple[str, str, str]]:
     """(qualified name, query, passage) of every usable docstring, in demo_corpus's order, uniques only."""
+    return unique_pairs(_module_names())
+
+
+def unique_pairs(modules: list[str]) -> list[tuple[str, str, str]]:
+    """(qualified name, query, passage) of every usable docstring of ``modules``, in order, keeping only the
+    pairs whose query and whose passage no other pair shares (a duplicate would have two right answers)."""
     pairs, seen = [], set()
-    for module in _module_names():
+    for module in modules:
         for name, doc in _module_docs(module):
-            split = split_docstring(doc)
+            split = split_docstring(doc) if isinstance(doc, str) else None  # some classes' __doc__ is a property
             if split is not None and name not in seen:
                 seen.add(name)
                 pairs.append((name, *split))
