@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from densehybrid.index.search import fusion, gip
+from densehybrid.index.search import gip
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.vector_store import VectorStore
@@ -162,12 +162,3 @@ class FaissStore(HostRows, VectorStore):
             return search_kept(self.faiss, xq, depth, selection.mask)
         scores, rows = search(self.faiss, xq, depth)
         return gip.sort_by_score(scores, rows, depth)
-
-    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return gip.rerank(xq, gq, self.values, self.gates, rows, k)
-
-    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        safe = np.where(rows >= 0, rows, 0)
-        lexical, dense = fusion.split_query(xq, 0 if self.gates is None else self.gates.shape[1])
-        return (gip.score_rows(lexical, gq, self.values, self.gates, safe),
-                gip.score_rows(dense, gq, self.values, self.gates, safe))

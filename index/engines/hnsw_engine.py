@@ -23,7 +23,7 @@ import numpy as np
 from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
-from densehybrid.index.search import fusion, gip
+from densehybrid.index.search import gip
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.vector_store import VectorStore
 
@@ -155,12 +155,3 @@ class HnswStore(HostRows, VectorStore):
             params.sel = faiss.IDSelectorBitmap(len(selection.mask), faiss.swig_ptr(bits))  # bits outlive the search
         _, rows = faiss_search(self.hnsw, augment_queries(xq), breadth, params)
         return rescore(xq, self.values, rows, depth)
-
-    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return gip.rerank(xq, gq, self.values, self.gates, rows, k)
-
-    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        safe = np.where(rows >= 0, rows, 0)
-        lexical, dense = fusion.split_query(xq, 0 if self.gates is None else self.gates.shape[1])
-        return (gip.score_rows(lexical, gq, self.values, self.gates, safe),
-                gip.score_rows(dense, gq, self.values, self.gates, safe))

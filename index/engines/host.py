@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from densehybrid.index.search import gip
+from densehybrid.index.search import fusion, gip
 from densehybrid.index.search.filters import Selection
 
 
@@ -21,6 +21,16 @@ class HostRows:
         # a scan that reads only the query's active columns: it stays on the host for every engine
         return gip.approx_topk(xq, gq, self.values, self.gates, theta, depth,
                                mask=None if selection is None else selection.mask)
+
+    # exact scores of candidate rows, read from the host copy
+    def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return gip.rerank(xq, gq, self.values, self.gates, rows, k)
+
+    def part_scores(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        safe = np.where(rows >= 0, rows, 0)
+        lexical, dense = fusion.split_query(xq, 0 if self.gates is None else self.gates.shape[1])
+        return (gip.score_rows(lexical, gq, self.values, self.gates, safe),
+                gip.score_rows(dense, gq, self.values, self.gates, safe))
 
     def hit_parts(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # a page of rows read from the host copy, also for a store resident on a GPU
