@@ -158,8 +158,9 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
                         f"`candidates` and it is at least the deepest page's offset + k")
         first_stage: FirstStage = Field("ip", description="ip: Faiss inner product; approx_gip: gated, dims above theta")
         candidates: JsonInt = Field(1000, ge=1, le=limits.max_candidates, description="first-stage depth K1 (raised to k)")
-        ef_search: JsonInt | None = Field(
-            None, ge=1, le=limits.max_ef_search, examples=[64, 256],
+        # the bounds inside the type, before the validator: on an optional field that is how they reach the schema
+        ef_search: Annotated[int, Ge(1), Le(limits.max_ef_search), BeforeValidator(json_number)] | None = Field(
+            None, examples=[64, 256],
             description="an hnsw first stage: candidates the graph walk keeps per query (larger: slower, closer to "
                         "the exact top-k; raised to the first-stage depth); default: the index's; an exact first "
                         "stage ignores it. /info and each answer's `index` block name the first stage")

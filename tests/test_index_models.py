@@ -50,8 +50,8 @@ def test_tiny_random_model_round_trip(tmp_path, corpus, tiny_bert_dir, kind):
     queries = reloaded.encode(list(QUERIES.values()), "query")
     found = Searcher(index).search(queries, SearchParams(k=8, candidates=8, lam=2.0))
     xq = Searcher(index).scale(queries.values, 2.0)
-    if kind == "aggretriever":  # plain inner product with the float32 vectors Faiss holds
-        want = xq.astype(np.float64) @ passages.values.astype(np.float64).T
+    if kind == "aggretriever":  # plain inner product with the one stored (float16) copy the first stage scans
+        want = xq.astype(np.float64) @ index.values.astype(np.float64).T
     else:
         want = gip.exhaustive(xq, queries.gates, index.values, index.gates)
     np.testing.assert_allclose(np.array(found.scores), -np.sort(-want, axis=1), rtol=1e-5, atol=1e-4)
