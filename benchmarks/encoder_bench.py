@@ -50,8 +50,9 @@ def token_items(count: int, length: int, seed: int) -> list[TokenizedText]:
             for _ in range(count)]
 
 
-def _encoder(model_dir: Path, variant: str, backend: str, device: str | None, cache: Path):
-    return load_encoder(str(model_dir), device=device, backend=backend, cache_root=cache, **VARIANTS[variant])
+def _encoder(model_dir: Path, variant: str, backend: str, device: str | None, cache: Path, **options):
+    return load_encoder(str(model_dir), device=device, backend=backend, cache_root=cache, **options,
+                        **VARIANTS[variant])
 
 
 def interleaved(calls: dict[str, object], *, repeats: int, warmup: int = 3) -> dict[str, dict]:
@@ -73,19 +74,29 @@ def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> d
     out: dict = {}
     for backend in config.backends:
         encoders = {variant: _encoder(model_dir, variant, backend, device, cache) for variant in VARIANTS}
+        # the GPU run (and its CPU rehearsal) also times the forwards without CUDA graphs
+        graphs_compared = backend == "torch" and config.preset.startswith("gpu")
+        eager = {variant: _encoder(model_dir, variant, backend, device, cache, cuda_graphs=False)
+                 for variant in ("cls", "aggretriever")} if graphs_compared else {}
         for length in config.query_lengths:
             item = token_items(1, length, seed=length)
             calls = {v: (lambda e=e: e.encode_tokenized(item, "query")) for v, e in encoders.items()}
             if backend == "torch":  # the reference: the same networks' bare transformers forwards
                 calls |= {"bare_backbone": _bare_forward(encoders["cls"], item),
                           "bare_masked_lm": _bare_forward(encoders["aggretriever"], item)}
+                if eager:  # what the CUDA graphs save, on ours and on the bare networks
+                    calls |= {f"{v}_eager": (lambda e=e: e.encode_tokenized(item, "query")) for v, e in eager.items()}
+                    calls |= {"bare_backbone_graphed": _bare_replayed(encoders["cls"], item),
+                              "bare_masked_lm_graphed": _bare_replayed(encoders["aggretriever"], item)}
             row = interleaved(calls, repeats=config.encoder_repeats)
             for t in row.values():
                 t["ratio_to_cls_p50"] = ratio(t["p50"], row["cls"]["p50"])
             out.setdefault(backend, {})[f"len{length}"] = row
         calls = {v: (lambda e=e: e.encode([QUERY_TEXT], "query")) for v, e in encoders.items()}
+        calls |= {f"{v}_eager": (lambda e=e: e.encode([QUERY_TEXT], "query")) for v, e in eager.items()}
         out[backend]["text_with_tokenize"] = interleaved(calls, repeats=config.encoder_repeats)
-        del encoders
+        out[backend]["cuda_graphs_captured"] = {v: getattr(e, "graph_count", 0) for v, e in encoders.items()}
+        del encoders, eager
     if "torch" in out and "onnx" in out:
         out["onnx_speedup_p50"] = {length: {v: ratio(out["torch"][length][v]["p50"], out["onnx"][length][v]["p50"])
                                             for v in VARIANTS} for length in out["torch"]}
@@ -113,6 +124,23 @@ def _bare_forward(encoder, items: list[TokenizedText]):
         with torch.inference_mode(), autocast(model.device):
             return model(input_ids=input_ids, attention_mask=mask)
     return run
+
+
+def _bare_replayed(encoder, items: list[TokenizedText]):
+    """The bare forward of :func:`_bare_forward` replayed from a CUDA graph in the encoder's own bucket (the
+    bare network's floor under graphs)."""
+    from densehybrid.encoder.graphs import Buckets, ReplayedForward
+
+    model = encoder.backbone.models["passage"]
+
+    def forward(ids, mask):
+        out = model(input_ids=ids, attention_mask=mask)
+        return (out.logits if hasattr(out, "logits") else out.last_hidden_state)[:, 0], None
+
+    rows = [i.ids[MODEL_KEY] for i in items]
+    replayed = ReplayedForward(forward, model.device, encoder.backbone.tokenizer.pad_id,
+                               Buckets().capped(encoder.spec.max_query_length))
+    return lambda: replayed(rows)
 
 
 def passage_throughput(config, model_dir: Path, device: str | None, cache: Path) -> dict:

@@ -175,6 +175,13 @@ class Encoder(abc.ABC):
     def term(self, token_id: int) -> str:
         """The vocabulary entry behind a token id (for ``explain``)."""
 
+    def replay_short_batches(self, buckets=None) -> bool:
+        """Run short batches from CUDA graphs over padded buckets (``encoder.graphs``); -> whether it can."""
+        return False
+
+    def prepare_replay(self, role: Role) -> None:
+        """Capture the replayed buckets of ``role`` ahead of the first request (a no-op where none replay)."""
+
     @property
     def device(self) -> str:
         return "cpu"

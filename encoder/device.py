@@ -35,8 +35,8 @@ def pick_device(requested: str | None = None) -> torch.device:
     return device
 
 
-def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """fp16 autocast on CUDA; a no-op on CPU (float32 there)."""
+def autocast(device: torch.device, *, cache_enabled: bool = True) -> contextlib.AbstractContextManager:
+    """fp16 autocast on CUDA; a no-op on CPU (float32 there). ``cache_enabled=False`` for a CUDA graph capture."""
     if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.float16)
+        return torch.autocast("cuda", dtype=torch.float16, cache_enabled=cache_enabled)
     return contextlib.nullcontext()

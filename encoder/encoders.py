@@ -25,6 +25,7 @@ from densehybrid.encoder import representations as R
 from densehybrid.encoder.backbone import Backbone
 from densehybrid.encoder.base import Direction, Encoded, Encoder, EncoderSpec, Role, SparseVector, Token, TokenizedText
 from densehybrid.encoder.device import autocast
+from densehybrid.encoder.graphs import Buckets, ReplayedForward
 from densehybrid.encoder.heads import LinearHead
 from densehybrid.encoder.tokenization import length_chunks, pad
 
@@ -49,6 +50,30 @@ class TransformerEncoder(Encoder):
         self._device = device
         budgets = MLM_TOKEN_BUDGET if backbone.with_mlm else DENSE_TOKEN_BUDGET
         self.token_budget = token_budget or budgets.get(device.type, budgets["cpu"])
+        self._replayed: dict[Role, ReplayedForward] = {}
+
+    def replay_short_batches(self, buckets: Buckets | None = None) -> bool:
+        """Run batches that fit ``buckets`` in padded buckets: CUDA graphs on a GPU, eagerly on a CPU.
+
+        Only a torch backbone can be captured; -> whether batches now replay."""
+        if self.backbone.backend != "torch":
+            return False
+        buckets = buckets or Buckets()
+        self._replayed = {
+            role: ReplayedForward(lambda ids, mask, role=role: self._forward(ids, mask, role), self._device,
+                                  self.backbone.tokenizer.pad_id, buckets.capped(self.spec.max_length(role)))
+            for role in ("query", "passage")}
+        return True
+
+    @property
+    def graph_count(self) -> int:
+        """CUDA graphs captured so far, over both roles."""
+        return sum(replayed.graph_count for replayed in self._replayed.values())
+
+    def prepare_replay(self, role: Role) -> None:
+        """Capture every bucket of ``role`` now rather than on first use."""
+        if role in self._replayed:
+            self._replayed[role].capture_all()
 
     @property
     def device(self) -> str:
@@ -82,13 +107,19 @@ class TransformerEncoder(Encoder):
         rows = [item.ids[MODEL_KEY] for item in items]
         values = np.empty((len(rows), self.spec.dim), dtype=np.float32)
         gates = np.empty((len(rows), self.spec.gated_dim), dtype=np.uint8) if self.spec.gated_dim else None
+        replayed = self._replayed.get(role)
         for chunk in length_chunks([len(r) for r in rows], self.token_budget, self.max_rows):
-            input_ids, mask = pad([rows[i] for i in chunk], self.backbone.tokenizer.pad_id, self._device)
-            with torch.inference_mode(), autocast(self._device):
-                chunk_values, chunk_gates = self._forward(input_ids, mask, role)
-            values[chunk] = chunk_values.float().cpu().numpy()
+            chunk_rows = [rows[i] for i in chunk]
+            if replayed is not None and replayed.fits(len(chunk_rows), max(len(r) for r in chunk_rows)):
+                values[chunk], chunk_gates = replayed(chunk_rows)
+            else:
+                input_ids, mask = pad(chunk_rows, self.backbone.tokenizer.pad_id, self._device)
+                with torch.inference_mode(), autocast(self._device):
+                    chunk_values, chunk_gates = self._forward(input_ids, mask, role)
+                values[chunk] = chunk_values.float().cpu().numpy()
+                chunk_gates = None if chunk_gates is None else chunk_gates.cpu().numpy()
             if gates is not None:
-                gates[chunk] = chunk_gates.cpu().numpy()
+                gates[chunk] = chunk_gates
         return Encoded(values, gates)
 
     def _empty(self) -> Encoded:
@@ -179,6 +210,14 @@ class FusionEncoder(Encoder):
 
     def __init__(self, spec: EncoderSpec, lexical: DLREncoder, dense: CLSEncoder):
         self.spec, self.lexical, self.dense = spec, lexical, dense
+
+    def replay_short_batches(self, buckets: Buckets | None = None) -> bool:
+        replayed = [half.replay_short_batches(buckets) for half in (self.lexical, self.dense)]
+        return all(replayed)
+
+    def prepare_replay(self, role: Role) -> None:
+        self.lexical.prepare_replay(role)
+        self.dense.prepare_replay(role)
 
     @property
     def device(self) -> str:

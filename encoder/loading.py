@@ -59,7 +59,7 @@ class _Runtime:
 
 def load_encoder(config: EncoderConfig | str, *, backend: Backend = "torch", device: str | None = None,
                  cache_root: str | Path | None = None, precision: Precision = "fp32", check_admission: bool = True,
-                 **fields) -> Encoder:
+                 cuda_graphs: bool | None = None, **fields) -> Encoder:
     """Load the encoder ``config`` describes, on ``device`` (``None``: a GPU if present), run by ``backend``.
 
     ``config`` may be a bare model id with its settings as keyword arguments
@@ -69,6 +69,8 @@ def load_encoder(config: EncoderConfig | str, *, backend: Backend = "torch", dev
     ``precision``: ``"fp32"``, or ``"int8"`` (ONNX Runtime's quantized graphs on a CPU, for admitted kinds;
     raises :class:`~encoder.precision.PrecisionError` otherwise; ``check_admission=False`` is for the quality
     gate that decides which kinds are admitted).
+    ``cuda_graphs``: replay batches of up to 64 short texts from CUDA graphs (``encoder.graphs``); None: on
+    for torch on a GPU. True on a CPU runs the same padded buckets eagerly (for tests).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -95,6 +97,8 @@ def load_encoder(config: EncoderConfig | str, *, backend: Backend = "torch", dev
         encoder = _load_fusion(model, model_dir, settings, runtime)
     else:
         encoder = _load_single(model, model_dir, settings, runtime)
+    if cuda_graphs if cuda_graphs is not None else runtime.device.type == "cuda":
+        encoder.replay_short_batches()
     log.info("loaded %s: kind=%s dim=%d gated=%d lexical=%s device=%s backend=%s precision=%s", model,
              encoder.spec.kind, encoder.spec.dim, encoder.spec.gated_dim, encoder.spec.lexical, encoder.device,
              encoder.backend, encoder.precision)

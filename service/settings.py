@@ -66,6 +66,8 @@ class ServiceSettings(BaseSettings):
         None, description="encoder precision: fp32, or int8 (ONNX Runtime's quantized graphs on the CPU, for the kinds "
                           "whose retrieval quality was measured to hold; docs/precision.md); default: the index's, "
                           "else fp32")
+    cuda_graphs: bool = Field(True, description="on a GPU, replay batches of up to 64 short texts from CUDA graphs "
+                              "(the query buckets are captured during warm-up); off: every forward runs eagerly")
     allow_precision_mismatch: bool = Field(False, description="encode queries in another precision than the index's "
                                            "passages (refused otherwise)")
     host: str = Field("127.0.0.1", description="address to listen on")

@@ -110,7 +110,8 @@ def _load_encoder(settings: ServiceSettings, index) -> Encoder:
         config = EncoderConfig.from_spec(index.spec).updated(config)
     precision = query_precision(settings, index)
     try:
-        encoder = load_encoder(config, backend=settings.backend, device=settings.device, precision=precision)
+        encoder = load_encoder(config, backend=settings.backend, device=settings.device, precision=precision,
+                               cuda_graphs=None if settings.cuda_graphs else False)
     except PrecisionError as exc:
         raise StartupError(f"cannot encode with model {config.model!r} in {precision}: {exc}") from exc
     except OnnxBackendError as exc:
@@ -207,6 +208,7 @@ def warm_up(rt: Runtime) -> None:
     """One query through tokenizer, worker, first stage and rerank, handed on as a request's are; then ready."""
     started = time.perf_counter()
     if rt.settings.warmup:
+        rt.encoder.prepare_replay("query")
         items = rt.encoder.tokenize([WARMUP_QUERY], "query")
         then = _warm_search(rt) if rt.search_batcher is not None else None
         rt.batcher.submit(items, "query", then=then).result(timeout=rt.settings.request_timeout_s * 10)
