@@ -95,7 +95,8 @@ def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> d
         calls = {v: (lambda e=e: e.encode([QUERY_TEXT], "query")) for v, e in encoders.items()}
         calls |= {f"{v}_eager": (lambda e=e: e.encode([QUERY_TEXT], "query")) for v, e in eager.items()}
         out[backend]["text_with_tokenize"] = interleaved(calls, repeats=config.encoder_repeats)
-        out[backend]["cuda_graphs_captured"] = {v: getattr(e, "graph_count", 0) for v, e in encoders.items()}
+        out.setdefault("cuda_graphs_captured", {})[backend] = {v: getattr(e, "graph_count", 0)
+                                                               for v, e in encoders.items()}
         del encoders, eager
     if "torch" in out and "onnx" in out:
         out["onnx_speedup_p50"] = {length: {v: ratio(out["torch"][length][v]["p50"], out["onnx"][length][v]["p50"])

@@ -49,6 +49,10 @@ def _search(r: dict):
 def _encoder(r: dict):
     e = r["encoder"]
     for backend, by_length in e["query_latency_ms"].items():
+        if backend == "cuda_graphs_captured":
+            yield "encoder", "CUDA graphs captured per encoder", "; ".join(
+                f"{b}: " + ", ".join(f"{v} {n}" for v, n in counts.items()) for b, counts in by_length.items())
+            continue
         if backend == "onnx_speedup_p50":
             continue
         for length, row in by_length.items():
@@ -56,7 +60,7 @@ def _encoder(r: dict):
                 cells = ", ".join(f"{v} {num(t['p50'], 2)}/{num(t['p99'], 2)}" for v, t in row.items())
                 yield "encoder", f"{e['shape']} batch 1, a 12-token text with tokenization, {backend} (p50/p99 ms)", cells
                 continue
-            cells = ", ".join(f"{v} {num(t['p50'], 1)}/{num(t['p99'], 1)} ({num(t['ratio_to_cls_p50'], 2)}x)" for v, t in row.items())
+            cells = ", ".join(f"{v} {num(t['p50'], 2)}/{num(t['p99'], 2)} ({num(t['ratio_to_cls_p50'], 2)}x)" for v, t in row.items())
             yield "encoder", f"{e['shape']} batch 1, {length[3:]} tokens, {backend} (p50/p99 ms, x cls)", cells
     mb = e["mlm_breakdown"]
     for length, row in mb.items():
