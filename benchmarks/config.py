@@ -23,6 +23,7 @@ class BenchConfig:
     rerank_candidates: int = 10_000
     approx_rows: int = 100_000
     approx_repeats: int = 5
+    faiss_search: bool = True  # the CPU first stage, rerank and approximate GIP (False: the torch path alone)
     # encoders (DistilBERT-base shape, random weights)
     encoder_shape: str = "distilbert-base"
     query_lengths: tuple[int, ...] = (12, 32)
@@ -63,13 +64,13 @@ PRESETS = {
     # one H100/H200 in about 3 minutes: the query encoder of the coCondenser Aggretriever's shape, the
     # torch first stage over 1M x 768 fp16 rows generated on the machine, a 1M-document service
     "gpu": BenchConfig(preset="gpu", bandwidth_bytes=1 << 30, first_stage_rows=1_000_000, approx_rows=100_000,
-                       encoder_shape="bert-base", encoder_repeats=100, passage_batches=3, backends=("torch",),
-                       service_kind="aggretriever", service_docs=1_000_000, service_requests=2048,
-                       concurrency=(1, 8, 64), batching_modes=("on", "on_nowait"), device="cuda"),
+                       encoder_shape="bert-base", encoder_repeats=100, passage_batches=10, backends=("torch",),
+                       faiss_search=False, service_kind="aggretriever", service_docs=1_000_000,
+                       service_requests=1024, concurrency=(1, 8, 64), batching_modes=("on_nowait",), device="cuda"),
     "gpu-rehearsal": BenchConfig(
         preset="gpu-rehearsal", bandwidth_bytes=32 << 20, first_stage_rows=20_000, first_stage_repeats=5,
         batch_size=16, depth=100, rerank_candidates=2_000, approx_rows=20_000, approx_repeats=2,
         encoder_shape="tiny", encoder_repeats=3, passage_batch=4, passage_length=32, backends=("torch",),
-        service_kind="aggretriever", service_docs=500, service_requests=16, concurrency=(1, 4),
-        batching_modes=("on", "on_nowait"), device="cpu"),
+        faiss_search=False, service_kind="aggretriever", service_docs=500, service_requests=16, concurrency=(1, 4),
+        batching_modes=("on_nowait",), device="cpu"),
 }

@@ -156,7 +156,9 @@ def torch_first_stage(config, device: str, bandwidth: dict) -> dict:
 
 
 def run(config, device: str, bandwidth: dict) -> dict:
-    fs = first_stage(config, device, bandwidth)
-    out = {"first_stage": fs, **rerank_and_approx(config, fs["batch1_ms_1_thread"]["p50"])}
+    out = {}
+    if config.faiss_search:
+        fs = first_stage(config, device, bandwidth)
+        out = {"first_stage": fs, **rerank_and_approx(config, fs["batch1_ms_1_thread"]["p50"])}
     out["torch"] = torch_first_stage(config, device, bandwidth)
     return out

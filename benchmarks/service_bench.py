@@ -179,8 +179,12 @@ async def _drive(url: str, route: str, bodies: list[dict], concurrency: int) -> 
 def load_levels(url: str, config, texts: list[str]) -> dict:
     routes = {"/search": [{"query": t, "k": 10} for t in texts],
               "/encode": [{"texts": [t], "role": "query"} for t in texts]}
-    return {route: {f"c{c}": asyncio.run(_drive(url, route, bodies, c)) for c in config.concurrency}
-            for route, bodies in routes.items()}
+    out: dict = {}
+    for route, bodies in routes.items():
+        for c in config.concurrency:
+            level = out.setdefault(route, {})[f"c{c}"] = asyncio.run(_drive(url, route, bodies, c))
+            log.info("%s at %d clients: %s requests/s, p50 %s ms", route, c, level["rps"], level["p50_ms"])
+    return out
 
 
 def run(config, device: str | None) -> dict:
@@ -190,6 +194,7 @@ def run(config, device: str | None) -> dict:
         encoder = load_encoder(str(model_dir), kind=config.service_kind, device=device,
                                backend=config.service_backend, cache_root=Path(tmp) / "onnx")
         index_dir = build_index(Path(tmp), encoder, config.service_docs)
+        log.info("service: a %d-document index built", config.service_docs)
         out = {"kind": config.service_kind, "backend": config.service_backend, "docs": config.service_docs,
                "requests_per_level": len(texts), "server": "thread" if config.service_in_thread else "process",
                "in_process": in_process(encoder, index_dir, texts, repeats=max(5, min(30, len(texts))))}
@@ -198,7 +203,9 @@ def run(config, device: str | None) -> dict:
             out["noop_floor_c1"] = noop_floor(config, texts)
         serve = server_thread if config.service_in_thread else server_process
         for mode in config.batching_modes:
+            started = time.perf_counter()
             with serve(index_dir, config.service_backend, device, BATCHING[mode], config.threads) as url:
+                log.info("service: server ready in %.1f s (batching %s)", time.perf_counter() - started, mode)
                 out[f"batching_{mode}"] = load_levels(url, config, texts)
     first, last = f"c{config.concurrency[0]}", f"c{config.concurrency[-1]}"
     search_c1 = {mode: out[f"batching_{mode}"]["/search"][first] for mode in config.batching_modes}
