@@ -66,6 +66,7 @@ def interleaved(calls: dict[str, object], *, repeats: int, warmup: int = 3) -> d
         for name, fn in calls.items():
             start = time.perf_counter()
             fn()
+            _device_done()
             samples[name].append((time.perf_counter() - start) * 1000.0)
     return {name: summarize(s).to_dict() for name, s in samples.items()}
 
@@ -107,10 +108,19 @@ def query_latency(config, model_dir: Path, device: str | None, cache: Path) -> d
 def _throughput(fn, warm, passages: int, batches: int) -> float:
     warm()  # a small batch: allocations and lazy initialisation stay out of the timing
     fn()  # and one full batch: the math libraries pick their kernels for its shapes on first use
+    _device_done()
     start = time.perf_counter()
     for _ in range(batches):
         fn()
+    _device_done()
     return passages * batches / (time.perf_counter() - start)
+
+
+def _device_done() -> None:
+    """Wait for the GPU: a bare forward returns once its kernels are queued, ours once its rows are copied
+    back, so both are timed to the end of their work."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _bare_forward(encoder, items: list[TokenizedText]):

@@ -3,7 +3,7 @@
 # mark, then the GPU benchmark (BERT-base-shaped random Aggretriever, 1M x 768 rows generated on the
 # machine, a 1M-document service), each step under its own time limit so that one slow step still leaves
 # the others' results. Writes into OUT_DIR: pytest-gpu.log and .xml, bench-STEP.json and .log per step,
-# and gpu-DEVICE.json and .md (every figure with its target; benchmarks/gpu_results.py).
+# first-stage-parts.json, and gpu-DEVICE.json and .md (every figure with its target; benchmarks/gpu_results.py).
 #
 #   usage: bash benchmarks/gpu_run.sh OUT_DIR
 #   there: ../shared/gpu/pack.sh . here, then on the machine (carrying .gpu):
@@ -13,9 +13,9 @@ set -uo pipefail
 out="${1:?usage: bash benchmarks/gpu_run.sh OUT_DIR}"
 mkdir -p "$out"
 if [ "${DENSEHYBRID_GPU_REHEARSAL:-0}" = 1 ]; then
-  preset=gpu-rehearsal; tests_s=300; search_s=120; encoder_s=120; service_s=180
+  preset=gpu-rehearsal; tests_s=300; search_s=120; encoder_s=120; service_s=180; parts_rows=20000
 else
-  preset=gpu; tests_s=90; search_s=60; encoder_s=60; service_s=150
+  preset=gpu; tests_s=90; search_s=60; encoder_s=60; service_s=150; parts_rows=1000000
 fi
 status=0
 started=$SECONDS
@@ -40,6 +40,9 @@ step() {  # step NAME SECONDS SECTION... : one benchmark run of those sections
 step search "$search_s" memory search
 step encoder "$encoder_s" encoder
 step service "$service_s" service
+# where the first stage's time goes (matmul forms, top-k, a copy of the rows), beside the benchmark
+timeout 60 python -m densehybrid.bench.first_stage_parts "" "$parts_rows" > "$out/first-stage-parts.json" \
+  2> "$out/first-stage-parts.log" || { echo "first-stage parts: FAILED (see $out/first-stage-parts.log)"; status=1; }
 
 python -m densehybrid.bench.gpu_results "$out" > "$out/summary.txt" 2>&1 || status=1
 cat "$out/summary.txt"

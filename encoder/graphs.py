@@ -14,6 +14,7 @@ exercise everywhere, while the capture itself runs only where CUDA does.
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 # (ids, mask) -> values (B, dim) and gates (B, gated) or None: an encoder's forward for one role
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
-DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 64)  # up to the service's default batch of 64 queries
-DEFAULT_LENGTHS = (8, 16, 32)  # up to the default query length of 32 tokens
+DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 64)  # up to the service's default batch of 64 texts
+# capped per role: queries (32 tokens by default) get 8, 16, 32; passages (128) all five
+DEFAULT_LENGTHS = (8, 16, 32, 64, 128)
 WARMUP_RUNS = 2  # eager runs on a side stream before a capture, so lazy initialisation stays out of it
 
 
@@ -80,6 +82,10 @@ class ReplayedForward:
     _captured: dict[tuple[int, int], _Bucket] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _capture_failed: bool = False
+    # one memory pool for every bucket's graph: replays never overlap (the lock) and each replay's outputs
+    # are copied out before the next, so the buckets' temporaries can share memory; the pool then holds
+    # about the largest bucket's forward, not the sum of all of them
+    _pool: object | None = None
 
     @property
     def uses_graphs(self) -> bool:
@@ -134,12 +140,14 @@ class ReplayedForward:
             bucket = _Bucket(inputs)
             if self.uses_graphs and not self._capture_failed:
                 try:
-                    bucket.values, bucket.gates, bucket.graph = _capture(self._run, inputs, self.device)
+                    if self._pool is None:
+                        self._pool = torch.cuda.graph_pool_handle()
+                    bucket.values, bucket.gates, bucket.graph = _capture(self._run, inputs, self.device, self._pool)
                     log.debug("captured a CUDA graph for %d rows x %d tokens", rows, length)
                 except RuntimeError as exc:  # a model with a host sync in its forward cannot be captured
                     self._capture_failed = True
-                    log.warning("CUDA graph capture failed (%s: %s); this encoder's forwards run eagerly",
-                                type(exc).__name__, exc)
+                    log.warning("CUDA graph capture of %d rows x %d tokens failed (%s: %s); this encoder's "
+                                "forwards run eagerly", rows, length, type(exc).__name__, exc)
         self._captured[shape] = bucket
         return bucket
 
@@ -156,7 +164,7 @@ def _padded(rows: Sequence[Sequence[int]], shape: tuple[int, int], pad_id: int) 
     return torch.from_numpy(host)
 
 
-def _capture(run: Callable, inputs: torch.Tensor, device: torch.device):
+def _capture(run: Callable, inputs: torch.Tensor, device: torch.device, pool):
     """Warm up on a side stream, then capture one forward: -> static values, gates and the graph."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -165,6 +173,15 @@ def _capture(run: Callable, inputs: torch.Tensor, device: torch.device):
             run(inputs)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads may search on the GPU
-        values, gates = run(inputs)
+    # No garbage collection during the capture: a collected encoder's graphs would be destroyed inside it,
+    # which CUDA forbids and which invalidates the capture (seen on an H200 when one test's encoder, held
+    # only by a reference cycle, went while the next test captured).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads may search
+            values, gates = run(inputs)
+    finally:
+        if collecting:
+            gc.enable()
     return values, gates, graph

@@ -81,3 +81,12 @@ def test_score_rows_both_branches_match_numpy(query, monkeypatch):
     rows = np.stack([rng.choice(N, 50, replace=False) for _ in range(3)])
     got = gip.score_rows(xq, gq, values, gates, rows)
     np.testing.assert_allclose(got, numpy_gip(xq, gq, values, gates, rows), rtol=1e-5, atol=1e-5)
+
+
+def test_first_stage_parts_time_every_part_on_the_cpu():
+    from densehybrid.bench.first_stage_parts import parts
+
+    result = parts(torch.device("cpu"), 3000)
+    assert result["rows"] == 3000 and result["share_of_search"]["search"] == 1.0
+    assert {"q @ V.T", "V @ q.T", "mv", "copy of the rows", "search"} <= set(result["ms"])
+    assert all(ms > 0 for ms in result["ms"].values())

@@ -141,3 +141,20 @@ def test_sparse_queries_skip_zero_dims_exactly(q):
     rows = np.stack([np.random.default_rng(i).choice(80, 30, replace=False) for i in range(q)])
     got = gip.score_rows(xq, gq, values, gates, rows)
     np.testing.assert_allclose(got, np.take_along_axis(numpy_gip(xq, gq, values, gates), rows, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10, 40, 400])
+def test_sort_by_score_selecting_first_equals_the_full_sort(k):
+    """The top k chosen by a partition then a small sort is the full sort's top k: ties at the cut go to
+    the lower row, padding (-1) sorts last, on scores with many ties."""
+    rng = np.random.default_rng(k)
+    scores = rng.integers(0, 6, (5, 400)).astype(np.float32)  # six values: ties everywhere, also at the cut
+    rows = np.stack([rng.permutation(10_000)[:400] for _ in range(5)])
+    rows[1, ::7] = -1
+    scores[2, :] = -np.inf
+    full_scores = np.where(rows < 0, -np.inf, scores)
+    full = np.lexsort((np.where(rows < 0, np.iinfo(np.int64).max, rows), -full_scores.astype(np.float64)), axis=-1)
+    expected = np.take_along_axis(rows, full[:, :k], 1), np.take_along_axis(full_scores, full[:, :k], 1)
+    got_scores, got_rows = gip.sort_by_score(scores, rows, k)
+    np.testing.assert_array_equal(got_rows, expected[0])
+    np.testing.assert_array_equal(got_scores, expected[1])

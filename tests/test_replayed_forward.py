@@ -102,10 +102,13 @@ def test_graph_replay_equals_the_eager_cuda_forward(tiny_bert_dir, kind):
     graphs = load_encoder(str(tiny_bert_dir), kind=kind, device="cuda", cuda_graphs=True)
     graphs.prepare_replay("query")
     assert all(b.graph is not None for b in graphs._replayed["query"]._captured.values())
-    for count, lengths in ((1, (3, 12)), (3, (4, 30)), (64, (3, 12)), (65, (3, 12))):
+    cases = [("query", 1, (3, 12)), ("query", 3, (4, 30)), ("query", 64, (3, 12)), ("query", 65, (3, 12)),
+             ("passage", 8, (60, 128)), ("passage", 32, (3, 40))]
+    for role, count, lengths in cases:
         batch = items(count, lengths, eager.spec.vocab_size)
         for _ in range(2):  # a second replay of the same bucket gives the same rows
-            a, b = eager.encode_tokenized(batch, "query"), graphs.encode_tokenized(batch, "query")
+            a, b = eager.encode_tokenized(batch, role), graphs.encode_tokenized(batch, role)
             np.testing.assert_allclose(b.values, a.values, rtol=1e-2, atol=2e-2)
             if a.gates is not None:
                 assert np.mean(a.gates == b.gates) >= 0.99
+    assert graphs._replayed["passage"].graph_count == 2  # both passage batches replayed from graphs

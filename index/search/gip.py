@@ -93,6 +93,11 @@ def score_rows(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates:
     return out
 
 
+# below 1/8 of the candidates kept, select the top k first (linear) and sort only those; a full sort of
+# 10,000 candidates for a top 10 took ~1.2 ms, most of an exact rerank's time on a GPU
+PARTITION_BELOW = 8
+
+
 def sort_by_score(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per query, the top ``k`` of (scores, rows) by score descending, ties by row ascending.
 
@@ -107,7 +112,16 @@ def score_order(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarra
     """The column order of :func:`sort_by_score` (Q, min(k, K)), for arrays that travel with the scores,
     and the scores as it sorts them (padding at -inf, float32; (Q, K))."""
     scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
-    order = np.lexsort((np.where(rows < 0, np.iinfo(np.int64).max, rows), -scores.astype(np.float64)), axis=-1)[:, :k]
+    tie_rows = np.where(rows < 0, np.iinfo(np.int64).max, rows)
+    kept = min(k, scores.shape[1])
+    if kept * PARTITION_BELOW >= scores.shape[1]:
+        return scores, np.lexsort((tie_rows, -scores.astype(np.float64)), axis=-1)[:, :kept]
+    order = np.empty((scores.shape[0], kept), dtype=np.int64)
+    for q in range(scores.shape[0]):  # a few queries per call; each step is O(K) before the small sort
+        row = scores[q]
+        kth = np.partition(row, row.size - kept)[row.size - kept]  # the k-th best score
+        near = np.flatnonzero(row >= kth)  # every column that can make the top k, ties at the cut included
+        order[q] = near[np.lexsort((tie_rows[q, near], -row[near].astype(np.float64)))[:kept]]
     return scores, order
 
 

@@ -1,0 +1,71 @@
+"""Where a batch-1 torch first stage spends its time, part by part, on one device.
+
+    python -m densehybrid.bench.first_stage_parts [DEVICE] [ROWS]     (DEVICE "": cuda when present; 1,000,000 rows)
+
+Times, each on its own (median of 50 after 5 warm-ups, synchronised): the three ways to write the
+inner products of one query with every row (``q @ V.T``, ``V @ q.T``, ``torch.mv``), the top 1,000 of
+the scores in float32 and float16, a copy of the rows (the bandwidth reference), and the whole
+``TorchFlatIndex.search``; prints them as JSON with each one's share of the search.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+import torch
+
+from densehybrid.index.engines.torch_engine import TorchFlatIndex
+
+DIM, DEPTH = 768, 1000
+
+
+def _median_ms(fn, device: torch.device, repeats: int = 50, warmup: int = 5) -> float:
+    def done():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    done()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        done()
+        samples.append((time.perf_counter() - start) * 1000.0)
+    return float(np.median(samples))
+
+
+def parts(device: torch.device, rows: int) -> dict:
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    host = torch.randn(rows, DIM).numpy()
+    index = TorchFlatIndex(host, None, [device], dtype=dtype)
+    values = index.shards[0][0].values
+    query = torch.randn(1, DIM, device=device, dtype=dtype)
+    scores32 = torch.randn(1, rows, device=device)
+    copy = torch.empty_like(values)
+    xq = np.random.default_rng(0).standard_normal((1, DIM), dtype=np.float32)
+    timings = {
+        "q @ V.T": _median_ms(lambda: query @ values.T, device),
+        "V @ q.T": _median_ms(lambda: values @ query.T, device),
+        "mv": _median_ms(lambda: torch.mv(values, query[0]), device),
+        f"topk {DEPTH} float32": _median_ms(lambda: torch.topk(scores32, DEPTH, dim=1), device),
+        f"topk {DEPTH} {str(dtype).removeprefix('torch.')}": _median_ms(
+            lambda: torch.topk(scores32.to(dtype), DEPTH, dim=1), device),
+        "copy of the rows": _median_ms(lambda: copy.copy_(values), device),
+        "search": _median_ms(lambda: index.search(xq, DEPTH), device),
+    }
+    nbytes = values.numel() * values.element_size()
+    return {"device": str(device), "rows": rows, "dtype": str(dtype).removeprefix("torch."),
+            "ms": {name: round(ms, 4) for name, ms in timings.items()},
+            "share_of_search": {name: round(ms / timings["search"], 3) for name, ms in timings.items()},
+            "copy_gbps": round(2 * nbytes / timings["copy of the rows"] / 1e6, 1),
+            "search_scan_gbps": round(nbytes / timings["search"] / 1e6, 1)}
+
+
+if __name__ == "__main__":
+    name = (sys.argv[1] if len(sys.argv) > 1 else "") or ("cuda" if torch.cuda.is_available() else "cpu")
+    print(json.dumps(parts(torch.device(name), int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000), indent=1))
