@@ -39,6 +39,7 @@ class BenchConfig:
     service_requests: int = 64
     concurrency: tuple[int, ...] = (1, 8, 32)
     service_in_thread: bool = False  # quick: uvicorn in a thread of this process instead of a subprocess
+    client_processes: int = 1  # load-generating processes (one Python client saturates near 200 requests/s)
     batching_modes: tuple[str, ...] = ("on", "on_nowait", "off")  # service_bench.BATCHING's names
     sections: tuple[str, ...] = SECTIONS
     device: str | None = None  # None: CUDA when present
@@ -66,11 +67,12 @@ PRESETS = {
     "gpu": BenchConfig(preset="gpu", bandwidth_bytes=1 << 30, first_stage_rows=1_000_000, approx_rows=100_000,
                        encoder_shape="bert-base", encoder_repeats=100, passage_batches=10, backends=("torch",),
                        faiss_search=False, service_kind="aggretriever", service_docs=1_000_000,
-                       service_requests=1024, concurrency=(1, 8, 64), batching_modes=("on_nowait",), device="cuda"),
+                       service_requests=1024, concurrency=(1, 8, 64), batching_modes=("on_nowait",),
+                       client_processes=8, device="cuda"),
     "gpu-rehearsal": BenchConfig(
         preset="gpu-rehearsal", bandwidth_bytes=32 << 20, first_stage_rows=20_000, first_stage_repeats=5,
         batch_size=16, depth=100, rerank_candidates=2_000, approx_rows=20_000, approx_repeats=2,
         encoder_shape="tiny", encoder_repeats=3, passage_batch=4, passage_length=32, backends=("torch",),
         faiss_search=False, service_kind="aggretriever", service_docs=500, service_requests=16, concurrency=(1, 4),
-        batching_modes=("on_nowait",), device="cpu"),
+        batching_modes=("on_nowait",), client_processes=2, device="cpu"),
 }

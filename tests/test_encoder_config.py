@@ -62,4 +62,4 @@ def test_the_service_rebuilds_the_index_encoder_then_applies_the_settings(tiny_b
     ((config, kwargs),) = seen
     assert config == EncoderConfig.from_spec(built.spec).updated(EncoderConfig(lam=0.5))
     assert (config.dlr_dim, config.max_query_length, config.lam) == (256, 12, 0.5)
-    assert kwargs == {"backend": "torch", "device": "cpu", "precision": "fp32"}  # the index's precision
+    assert kwargs == {"backend": "torch", "device": "cpu", "precision": "fp32", "cuda_graphs": None}  # the index's precision
