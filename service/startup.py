@@ -30,6 +30,8 @@ from densehybrid.service.write_pacing import WritePacer
 log = logging.getLogger(__name__)
 
 WARMUP_QUERY = "what is a dense hybrid retriever"
+# rows an exhaustive first stage scans at warm-up: enough for its candidates, a few MB of a large index
+WARMUP_ROWS = 1024
 
 
 class StartupError(RuntimeError):
@@ -205,7 +207,8 @@ def start(rt: Runtime) -> None:
 
 
 def warm_up(rt: Runtime) -> None:
-    """One query through tokenizer, worker, first stage and rerank, handed on as a request's are; then ready."""
+    """One query through tokenizer, worker, first stage and rerank, handed on as a request's are (over a
+    bounded part of the index, :func:`warm_up_params`); then ready."""
     started = time.perf_counter()
     if rt.settings.warmup:
         rt.encoder.prepare_replay("query")
@@ -216,8 +219,22 @@ def warm_up(rt: Runtime) -> None:
     log.info("ready", extra={"fields": {"warmup_ms": round((time.perf_counter() - started) * 1000, 1)}})
 
 
+def warm_up_params(index) -> SearchParams:
+    """The warm-up's search: every stage a request's takes, reading a bounded part of the index.
+
+    An exhaustive first stage (flat, PQ, the torch scan, a Milvus FLAT collection) scans the first
+    ``WARMUP_ROWS`` rows only: a full scan would page a whole memory-mapped index into memory before
+    the first request asks for it. A graph walk reads about ``ef_search`` rows whatever the index's
+    size, so an HNSW first stage walks its graph as a request's would.
+    """
+    walks_graph = "ef_search" in index.first_stage  # a local or Milvus HNSW first stage names its breadth
+    bounded = not walks_graph and index.count > WARMUP_ROWS
+    return SearchParams(k=max(1, min(10, index.count)), candidates=max(1, min(100, index.count)),
+                        row_limit=WARMUP_ROWS if bounded else None)
+
+
 def _warm_search(rt: Runtime):
-    params = SearchParams(k=min(10, rt.index.count), candidates=min(100, rt.index.count))
+    params = warm_up_params(rt.index)
 
     def then(outcome, future):
         rt.search_batcher.submit(outcome.encoded, params, future=future)

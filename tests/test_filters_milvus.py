@@ -64,3 +64,36 @@ def test_collection_keyword_list_filters_and_fields_equal_the_local_index(export
         assert remote.selectivity == pytest.approx(local.selectivity)
     rows = [0, 5, 17, 19_999]
     assert collection.field_values(rows, ["rank", "tags"]) == index.field_values(rows, ["rank", "tags"])
+
+
+def test_a_row_limited_collection_search_is_brute_force_over_the_first_rows(exported):
+    """The warm-up's bounded search (``row_limit``) in Milvus: an expression over the primary key ``row``,
+    alone and with a filter; and the warm-up itself through a collection-backed runtime."""
+    index, collection, values, gates, rank = exported
+    xq, gq = random_rows(2, index.spec.dim, index.spec.gated_dim, seed=7, dtype=np.float32)
+    remote = Searcher(collection)
+    first = np.arange(N) < 700
+    flt = filters.parse({"field": "rank", "range": {"lt": N // 2}}, collection.field_types)
+    for node, kept in ((None, np.flatnonzero(first)), (flt, np.flatnonzero(first & (rank < N // 2)))):
+        for rerank in (False, True):
+            params = SearchParams(k=10, candidates=100, rerank=rerank, filter=node, row_limit=700)
+            assert remote.search(Encoded(xq, gq), params).rows == brute_force(xq, gq, values, gates, kept, 10, 100,
+                                                                              rerank), (node, rerank)
+
+
+def test_the_warm_up_searches_a_collection_within_its_first_rows(exported):
+    from densehybrid.service import startup
+    from densehybrid.service.settings import ServiceSettings
+    from support.fake_encoder import FakeEncoder
+
+    index, collection, *_ = exported
+    encoder = FakeEncoder("dhr", dlr_dim=24, dense_dim=8, vocab_size=6000)  # the collection's dims
+    rt = startup.build_runtime(ServiceSettings(), encoder, collection)
+    params = startup.warm_up_params(rt.index)
+    assert params.row_limit == startup.WARMUP_ROWS < N
+    startup.start(rt)
+    try:
+        startup.warm_up(rt)
+        assert rt.health.status == "ready"
+    finally:
+        startup.stop(rt)

@@ -24,7 +24,7 @@ import numpy as np
 from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
-from densehybrid.index.search.filters import Selection
+from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.mix import resolve_method, resolve_mix
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.served import SearchResults, StoredIndex
@@ -133,15 +133,17 @@ class Searcher:
             raise SearchError(f"lambda must be a finite number, got {lam}")
         return gip.scale_queries(values, self.spec.gated_dim, lam)
 
-    def _check(self, queries: Encoded, k: int, first_stage: str, candidates: int, offset: int = 0) -> None:
-        if k < 1:
-            raise SearchError(f"k must be >= 1, got {k}")
-        if offset < 0:
-            raise SearchError(f"offset must be >= 0, got {offset}")
-        if first_stage not in FIRST_STAGES:
-            raise SearchError(f"unknown first stage {first_stage!r}; use one of {', '.join(FIRST_STAGES)}")
-        if not 1 <= candidates <= MAX_CANDIDATES:
-            raise SearchError(f"candidates must be in 1..{MAX_CANDIDATES}, got {candidates}")
+    def _check(self, queries: Encoded, params: SearchParams) -> None:
+        if params.k < 1:
+            raise SearchError(f"k must be >= 1, got {params.k}")
+        if params.offset < 0:
+            raise SearchError(f"offset must be >= 0, got {params.offset}")
+        if params.first_stage not in FIRST_STAGES:
+            raise SearchError(f"unknown first stage {params.first_stage!r}; use one of {', '.join(FIRST_STAGES)}")
+        if params.row_limit is not None and params.row_limit < 1:
+            raise SearchError(f"row_limit must be >= 1, got {params.row_limit}")
+        if not 1 <= params.candidates <= MAX_CANDIDATES:
+            raise SearchError(f"candidates must be in 1..{MAX_CANDIDATES}, got {params.candidates}")
         if queries.values.ndim != 2 or queries.values.shape[1] != self.spec.dim:
             raise IndexMismatchError(f"query vectors have shape {queries.values.shape}, the index has dim {self.spec.dim}")
         if self.reranks and (queries.gates is None or queries.gates.shape != (len(queries), self.spec.gated_dim)):
@@ -223,8 +225,8 @@ class Searcher:
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
 
-        ``ef_search`` is the graph breadth of an ``hnsw`` first stage (default: the index's); exact first
-        stages ignore it.
+        ``ef_search`` is the graph breadth of an ``hnsw`` first stage (default: the index's; exact first stages
+        ignore it); ``row_limit`` keeps rows below it only, as a filter would (``filters.rows_below``).
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
@@ -232,7 +234,7 @@ class Searcher:
         ``candidates`` (so up to twice as many rows) and score each part over it, so they need the rerank.
         """
         k, offset, candidates, lam = params.k, params.offset, params.candidates, params.lam
-        self._check(queries, k, params.first_stage, candidates, offset)
+        self._check(queries, params)
         method, dense_weight = resolve_mix(self.index, params)
         if not 0.0 <= dense_weight <= 1.0:
             raise SearchError(f"dense weight must be in [0, 1], got {dense_weight}")
@@ -241,6 +243,8 @@ class Searcher:
             raise SearchError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
         selection = None if params.filter is None else self.index.select(params.filter)
         selectivity = None if selection is None else selection.fraction
+        if params.row_limit is not None:  # after the selectivity: a bound is no filter to report
+            selection = rows_below(params.row_limit, self.index.count, selection)
         if selection is not None and selection.everything:
             selection = None
         n = self.index.count if selection is None else selection.count

@@ -111,3 +111,21 @@ class Selection:
 def select_rows(node: Filter, payload: Payload) -> Selection:
     mask = row_mask(node, payload)
     return Selection(int(np.count_nonzero(mask)), payload.count, mask=mask)
+
+
+def rows_below(limit: int, total: int, within: Selection | None = None) -> Selection:
+    """Rows ``0 .. limit - 1`` of ``total`` (of those ``within`` keeps, when given): a mask, and the same
+    rows as a Milvus expression over the collection's primary key ``row``.
+
+    A Milvus selection has no mask to count: its count is then at most ``min(limit, within.count)``.
+    """
+    expression = f"row < {limit}"
+    if within is not None and within.expression is not None:
+        expression = f"({within.expression}) and {expression}"
+    mask = np.zeros(total, dtype=bool)
+    mask[:max(0, limit)] = True
+    if within is not None and within.mask is not None:
+        mask &= within.mask
+    elif within is not None:  # a Milvus filter: its rows are counted in Milvus, not here
+        return Selection(min(limit, within.count), total, expression=expression)
+    return Selection(int(np.count_nonzero(mask)), total, mask=mask, expression=expression)
