@@ -56,13 +56,18 @@ def bench_command(
     scale_queries: Optional[Path] = typer.Option(None, "--scale-queries", exists=True,
                                                  help="--scale: real query vectors (.npy) instead of drawn ones"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scale: write the recall-vs-latency plot (PNG) here"),
+    scale_serve: bool = typer.Option(True, "--scale-serve/--no-scale-serve",
+                                     help="--scale: also serve N rows for the offline minilm (384 dims) over HTTP, "
+                                     "flat and hnsw: ready time, memory before the first query, /search p50"),
 ) -> None:
     """Run the performance benchmark: memory bandwidth, first stage, rerank, encoders and a live service, side by
     side in one run, with the targets as ratios."""
     if scale:
         from densehybrid.bench.scale_cli import run_scales
 
-        run_scales(scale, scale_dim, scale_fit, scale_queries, out or Path("bench-scale.json"), plot, threads)
+        with quiet_libraries():  # the serving part's client would log every request
+            run_scales(scale, scale_dim, scale_fit, scale_queries, out or Path("bench-scale.json"), plot, threads,
+                       scale_serve)
         return
     if quick + full + (preset is not None) > 1:
         raise typer.BadParameter("give one of --quick, --full and --preset", param_hint="--quick/--full/--preset")

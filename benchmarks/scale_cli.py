@@ -1,4 +1,5 @@
-"""``densehybrid bench --scale N``: run :mod:`densehybrid.bench.scale` for each N, print, write JSON and the plot."""
+"""``densehybrid bench --scale N``: run :mod:`densehybrid.bench.scale` (and, unless told not to,
+:mod:`densehybrid.bench.scale_serve`) for each N; print, write JSON and the plot."""
 
 from __future__ import annotations
 
@@ -12,13 +13,21 @@ log = logging.getLogger(__name__)
 
 
 def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | None, out: Path,
-               plot: Path | None, threads: int | None) -> list[dict]:
+               plot: Path | None, threads: int | None, serve: bool = True) -> list[dict]:
     if threads:
         import faiss
 
         faiss.omp_set_num_threads(threads)
     work = out.parent / f"{out.stem}-data"  # removed after each size
-    results = [run_scale(ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work)) for n in sizes]
+    results = []
+    for n in sizes:
+        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work)
+        result = run_scale(config)
+        if serve:  # fresh server processes of their own: the numbers above are of this one
+            from densehybrid.bench.scale_serve import run_serving
+
+            result["serving"] = run_serving(n, work, config.hnsw, config.seed)
+        results.append(result)
     scale_report.print_table(results)
     scale_report.write_json(results, out)
     if plot is not None:

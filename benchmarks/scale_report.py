@@ -24,6 +24,27 @@ def print_table(results: list[dict], console: Console | None = None) -> None:
             table.add_row(shape, f"hnsw ef {s['ef_search']}", f"{s['first_stage']['p50']:.2f}",
                           f"{s['first_stage']['p99']:.2f}", f"{s['recall_at_10']:.3f}", f"{s['rescore_ms_p50']:.3f}")
     (console or Console()).print(table)
+    serving = [r["serving"] for r in results if r.get("serving")]
+    if serving:
+        print_serving(serving, console)
+
+
+def print_serving(runs: list[dict], console: Console | None = None) -> None:
+    """One row per server: the model alone, then flat and hnsw over the imported rows."""
+    table = Table(title="served over HTTP, default settings; RSS before the first query (this machine, one run)")
+    for column in ("rows x dim", "server", "import s", "ready s", "RSS MB", "anon + file", "1st /search ms",
+                   "/search p50"):
+        table.add_column(column)
+    for run in runs:
+        shape = f"{run['rows']:,} x {run['dim']}"
+        for name in ("model_only", "flat", "hnsw"):
+            s, label = run[name], run["model"] if name == "model_only" else name
+            memory = s["before_first_query"]
+            table.add_row(shape, label, f"{s['import_s']:.1f}" if "import_s" in s else "-", f"{s['ready_s']:.1f}",
+                          f"{memory['rss_mb']:.0f}", f"{memory['anon_mb']:.0f} + {memory['file_mb']:.0f}",
+                          f"{s['first_search_ms']:.1f}" if "first_search_ms" in s else "-",
+                          f"{s['search']['p50']:.1f}" if "search" in s else "-")
+    (console or Console()).print(table)
 
 
 def write_json(results: list[dict], path: Path) -> Path:

@@ -1,14 +1,16 @@
 """``densehybrid bench --scale``: Pyserini's layout round trip, and a small run end to end."""
 
 import json
+import os
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench import pyserini_layout, scale_vectors
+from densehybrid.bench import pyserini_layout, scale_serve, scale_vectors
 from densehybrid.bench.scale import exhaustive_top
 from densehybrid.cli.main import app
+from densehybrid.index.engines.hnsw_engine import HNSWConfig
 
 
 def test_a_pyserini_directory_holds_the_vectors_and_ids_in_row_order(tmp_path):
@@ -47,7 +49,7 @@ def test_bench_scale_writes_the_numbers_and_cleans_up(tmp_path):
     out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
     with_plot = pytest.importorskip("matplotlib", reason="the plot needs matplotlib") is not None
     result = CliRunner().invoke(app, ["bench", "--scale", "3000", "--scale-dim", "32", "--out", str(out),
-                                      "--plot", str(plot), "--threads", "1"])
+                                      "--plot", str(plot), "--threads", "1", "--no-scale-serve"])
     assert result.exit_code == 0, result.output
     (run,) = json.loads(out.read_text())
     assert run["rows"] == 3000 and run["dim"] == 32 and run["flat"]["recall_at_10"] >= 0.99
@@ -58,3 +60,24 @@ def test_bench_scale_writes_the_numbers_and_cleans_up(tmp_path):
     assert run["pyserini_files"]["index"] > 3000 * 32 * 4
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" or not with_plot
     assert not (tmp_path / "scale-data").exists() or not any((tmp_path / "scale-data").iterdir())
+    assert "serving" not in run
+
+
+def test_memory_of_a_process_is_its_anonymous_and_file_pages():
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    got = scale_serve.memory_mb(os.getpid())
+    assert got["rss_mb"] == pytest.approx(got["anon_mb"] + got["file_mb"], abs=0.2)
+    assert got["rss_mb"] == pytest.approx(int(fields["VmRSS"].split()[0]) / 1024, rel=0.2)  # shmem aside
+
+
+def test_serving_part_serves_the_model_alone_then_flat_then_hnsw(minilm_dir, tmp_path):
+    """A real encoder over 2,000 imported rows of its dim: every server answered, numbers in their places."""
+    run = scale_serve.run_serving(2000, tmp_path, HNSWConfig(m=8, ef_construction=32), queries=5)
+    assert (run["model"], run["dim"], run["rows"]) == ("minilm", 384, 2000)
+    assert "search" not in run["model_only"] and run["model_only"]["ready_s"] > 0
+    for name in ("flat", "hnsw"):
+        served = run[name]
+        assert served["search"]["n"] == 5 and served["search"]["p50"] > 0 and served["first_search_ms"] > 0
+        memory = served["before_first_query"]
+        assert memory["rss_mb"] > 0 and memory["anon_mb"] > 0 and served["import_s"] > 0
+    assert not any(tmp_path.iterdir())  # the rows and both indexes are removed
