@@ -18,6 +18,7 @@ import pytest
 
 from support.fake_encoder import FakeEncoder
 from densehybrid.encoder.base import Encoded
+from densehybrid.index.building import build
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
@@ -114,6 +115,12 @@ def test_the_warm_up_walks_a_graph_unrestricted(indexes):
 
 def test_a_tiny_index_warms_up_over_all_its_rows(tmp_path):
     assert _warm_up_selections(_import(tmp_path, 12)) == [None]
+
+
+def test_an_empty_index_warms_up_and_is_ready(tmp_path):
+    encoder = FakeEncoder("cls", dense_dim=DIM)
+    empty = build.build_from_arrays(tmp_path / "empty", encoder.spec, Encoded(np.zeros((0, DIM), np.float32), None), [])
+    assert _warm_up_selections(empty, encoder) == []  # nothing to scan; the search answers no hit, then ready
 
 
 def _resident_bytes(path: Path) -> int:
