@@ -99,9 +99,11 @@ def test_a_useless_part_leaves_nearly_all_the_weight_to_the_other(seed):
     rng = np.random.default_rng(seed)
     lexical, dense, source = parts_with_signal(rng, 200, 400, np.zeros(200), np.full(200, 3.5))
     gains = mix_choice.weight_gains(lexical, dense, source, 100)
-    assert mix_choice.choose_weight(gains) >= 0.9
+    weight, bounds = mix_choice.bounded_choice(gains)
+    assert bounds == (0.0, 1.0) and weight >= 0.9
     gains = mix_choice.weight_gains(dense * 800, lexical / 800, source, 100)
-    assert mix_choice.choose_weight(gains) <= 0.1
+    weight, bounds = mix_choice.bounded_choice(gains)
+    assert bounds == (0.0, 1.0) and weight <= 0.1
 
 
 def test_bounds_hold_the_choice_unless_one_part_fails_the_pseudo_queries():
@@ -113,6 +115,13 @@ def test_bounds_hold_the_choice_unless_one_part_fails_the_pseudo_queries():
     gains[0] = 0.4  # under half of what dense alone finds: the bounds go
     assert mix_choice.one_part_fails(gains)
     assert mix_choice.bounded_choice(gains) == (1.0, (0.0, 1.0))
+    # and the rule starts from dense alone: a mix as good as dense alone within noise is not kept
+    rng = np.random.default_rng(9)
+    flat = rng.random((len(mix_choice.WEIGHTS), 80))
+    flat[-4:] = flat[-1]  # 0.7 ... 1.0 tie
+    flat[0] *= 0.2  # lexical alone fails
+    assert mix_choice.bounded_choice(flat) == (1.0, (0.0, 1.0))
+    assert mix_choice.choose_weight(flat) != 1.0  # from the equal mix the rule would stop short of it
     assert mix_choice.choose_weight(np.flipud(gains), bounds=(0.3, 0.7)) == 0.3
 
 

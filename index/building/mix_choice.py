@@ -15,7 +15,8 @@ and so the choice, towards the other part; parts of equal use leave it at the pr
 Pseudo-queries are not the users' queries, so how far they may pull is bounded: the choice stays
 within ``BOUNDS`` (each part keeps at least a fifth of the mix) unless one part alone finds less
 than ``USELESS_SHARE`` of what the other alone finds (:func:`one_part_fails`). Such a part is
-dropped as far as the pseudo-queries allow, up to leaving the other part alone.
+dropped: the rule then starts from the other part alone instead of the equal mix, and keeps a mix
+only where one is better by more than a standard error.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def one_part_fails(gains: np.ndarray, share: float = USELESS_SHARE) -> bool:
 
 def choose_weight(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
                   prior: float = fusion.DEFAULT_DENSE_WEIGHT,
-                  bounds: tuple[float, float] | None = (0.0, 1.0)) -> float:
+                  bounds: tuple[float, float] = (0.0, 1.0)) -> float:
     """The weight nearest ``prior`` whose mean gain is within one standard error of the best's.
 
     ``gains`` (W, Q) per weight and pseudo-query; the standard error is that of the paired
@@ -95,7 +96,10 @@ def choose_weight(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
 
 def bounded_choice(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
                    prior: float = fusion.DEFAULT_DENSE_WEIGHT) -> tuple[float, tuple[float, float]]:
-    """(weight, bounds it was chosen within): :func:`choose_weight` within ``BOUNDS``, or within
-    [0, 1] when :func:`one_part_fails`."""
-    bounds = (0.0, 1.0) if one_part_fails(gains) else BOUNDS
-    return choose_weight(gains, weights, prior, bounds), bounds
+    """(weight, bounds it was chosen within): :func:`choose_weight` within ``BOUNDS``; when
+    :func:`one_part_fails`, within [0, 1] and nearest the other part alone instead of ``prior``
+    (a mix with the failed part must be clearly better to be kept)."""
+    if not one_part_fails(gains):
+        return choose_weight(gains, weights, prior, BOUNDS), BOUNDS
+    survivor = 1.0 if gains[-1].mean() > gains[0].mean() else 0.0
+    return choose_weight(gains, weights, survivor, (0.0, 1.0)), (0.0, 1.0)
