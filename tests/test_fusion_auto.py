@@ -94,6 +94,45 @@ def test_a_much_weaker_lexical_part_makes_the_choice_lean_dense():
     assert mix_choice.choose_weight(gains) <= 0.3
 
 
+@pytest.mark.parametrize("seed", [3, 7, 11])
+def test_a_useless_part_leaves_nearly_all_the_weight_to_the_other(seed):
+    rng = np.random.default_rng(seed)
+    lexical, dense, source = parts_with_signal(rng, 200, 400, np.zeros(200), np.full(200, 3.5))
+    gains = mix_choice.weight_gains(lexical, dense, source, 100)
+    weight, bounds = mix_choice.bounded_choice(gains)
+    assert bounds == (0.0, 1.0) and weight >= 0.9
+    gains = mix_choice.weight_gains(dense * 800, lexical / 800, source, 100)
+    weight, bounds = mix_choice.bounded_choice(gains)
+    assert bounds == (0.0, 1.0) and weight <= 0.1
+
+
+def test_bounds_hold_the_choice_unless_one_part_fails_the_pseudo_queries():
+    weights = mix_choice.WEIGHTS
+    gains = np.zeros((len(weights), 50))
+    gains[-1], gains[0] = 1.0, 0.6  # only the pure parts find anything; lexical finds 60% of dense
+    assert not mix_choice.one_part_fails(gains)
+    assert mix_choice.bounded_choice(gains) == (mix_choice.BOUNDS[1], mix_choice.BOUNDS)
+    gains[0] = 0.4  # under half of what dense alone finds: the bounds go
+    assert mix_choice.one_part_fails(gains)
+    assert mix_choice.bounded_choice(gains) == (1.0, (0.0, 1.0))
+    # and the rule starts from dense alone: a mix as good as dense alone within noise is not kept
+    rng = np.random.default_rng(9)
+    flat = rng.random((len(mix_choice.WEIGHTS), 80))
+    flat[-4:] = flat[-1]  # 0.7 ... 1.0 tie
+    flat[0] *= 0.2  # lexical alone fails
+    assert mix_choice.bounded_choice(flat) == (1.0, (0.0, 1.0))
+    assert mix_choice.choose_weight(flat) != 1.0  # from the equal mix the rule would stop short of it
+    assert mix_choice.choose_weight(np.flipud(gains), bounds=(0.3, 0.7)) == 0.3
+
+
+def test_one_part_fails_compares_the_parts_alone_by_hand():
+    rng = np.random.default_rng(8)
+    for _ in range(50):
+        gains = rng.random((len(mix_choice.WEIGHTS), 30)) * rng.random((len(mix_choice.WEIGHTS), 1))
+        lexical, dense = sum(gains[0]) / 30, sum(gains[-1]) / 30
+        assert mix_choice.one_part_fails(gains) == (min(lexical, dense) < 0.5 * max(lexical, dense))
+
+
 def test_complementary_parts_keep_a_fusion_that_beats_either_part():
     rng = np.random.default_rng(4)
     half = np.arange(200) % 2 == 0  # each part knows the answer for its own half of the queries
@@ -125,6 +164,44 @@ def test_a_pseudo_query_is_cut_out_of_its_answer():
     assert fusion_auto.cut(Document("s", "", "too short to cut"), 8, rng) is None
 
 
+def brute_sentences(text):
+    """Sentences by hand: a piece ends at ., ! or ? when whitespace or the end follows."""
+    found, current = [], ""
+    for i, char in enumerate(text):
+        current += char
+        if char in ".!?" and (i + 1 == len(text) or text[i + 1].isspace()):
+            found.append(current.strip())
+            current = ""
+    return [piece for piece in found + [current.strip()] if piece]
+
+
+@pytest.mark.parametrize("text", ["One two. Three four! Five six? Seven", "e.g. this stays whole. Next one.",
+                                  "No end mark at all", "  Spaces.   Around.  ", "3.5 is a number. Yes."])
+def test_sentences_split_after_end_marks_that_a_space_follows(text):
+    assert fusion_auto.sentences(text) == brute_sentences(text)
+
+
+def test_a_sentence_is_cut_out_of_its_passage_when_one_fits():
+    first = "This first sentence has exactly eight words here."
+    second = "The second one is a little longer than the first one was."
+    third = "Short."
+    doc = Document("d", "", f"{first} {second} {third}")
+    seen = set()
+    for seed in range(20):
+        kind, query, answer = fusion_auto.cut(doc, 8, np.random.default_rng(seed))
+        assert kind == "sentence" and query in (first, second)  # "Short." is under 5 words
+        assert answer == " ".join(s for s in (first, second, third) if s != query)
+        seen.add(query)
+    assert seen == {first, second}
+    # a sentence whose removal would leave fewer than ``window`` words is not cut: the window is
+    words = " ".join(f"w{i}" for i in range(20))
+    kind, _, _ = fusion_auto.cut(Document("w", "", f"{words}. Tail."), 8, np.random.default_rng(0))
+    assert kind == "window"
+    # a title stays with the answer of a sentence cut (passages are encoded after their title)
+    kind, query, answer = fusion_auto.cut(Document("t", "Ada", doc.text), 8, np.random.default_rng(0))
+    assert kind == "sentence" and answer.startswith("Ada ") and query not in answer
+
+
 def write_corpus(path, count=240, seed=0):
     rng = random.Random(seed)
     vocab = [f"term{i}" for i in range(500)]
@@ -148,6 +225,7 @@ def test_the_manifest_records_the_choice_and_its_statistics(auto_index):
     chosen = entry["auto"]
     assert chosen["method"] == "zscore" and chosen["dense_weight"] in mix_choice.WEIGHTS
     assert chosen["pseudo_queries"] == 200 and chosen["windows"] == 200 and chosen["pool"] == 240
+    assert chosen["sentences"] == chosen["titles"] == 0  # the corpus has no titles and no end marks
     assert len(chosen["pseudo_ndcg_at_10"]) == len(chosen["weights"]) == len(mix_choice.WEIGHTS)
     assert index.auto_mix == ("zscore", chosen["dense_weight"])
 

@@ -4,13 +4,19 @@ Pseudo-queries with a known answer are cut from a seeded sample of the passages,
 no longer holds the query's words verbatim (a window left in its passage would favour the lexical
 part, which matches words exactly):
 
-- a passage with a title gives its title as the query and its text alone as the answer;
-- one without gives a window of ``window`` consecutive words at a seeded position, and the answer
-  is the passage with the window taken out (the inverse cloze task).
+- a passage of several sentences gives one of them, and the answer is the passage with that
+  sentence taken out (the inverse cloze task at the grain of a sentence: a sentence reads like a
+  statement of what the passage is about, where a window of words cut mid-sentence is a bag of the
+  passage's own terms, which the lexical part matches in the sentences around it);
+- one of a single sentence but with a title gives its title as the query and its text alone as the
+  answer;
+- one with neither gives a window of ``window`` consecutive words at a seeded position,
+  and the answer is the passage with the window taken out.
 
 The answers are encoded as passages and take their source's place in a pool of sampled passages;
 the queries are encoded as queries. ``mix_choice`` then scores the ``zscore`` mix at each dense
-weight on them and keeps the equal mix unless a lopsided one is clearly better. The choice and its
+weight on them and keeps the equal mix unless a lopsided one is clearly better, within bounds that
+only a part failing the pseudo-queries lifts. The choice and its
 statistics go into the manifest's ``fusion`` entry; searches that ask for no method use it.
 
 ``lambda_auto`` (``--lambda auto``) is left as it was: its verbatim windows measure score scales
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +43,8 @@ from densehybrid.index.storage.documents import Document
 
 log = logging.getLogger(__name__)
 
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
 
 @dataclass(frozen=True)
 class AutoFusionConfig:
@@ -50,10 +59,28 @@ class AutoFusionConfig:
     min_queries: int = 20
 
 
-def cut(doc: Document, window: int, rng: np.random.Generator) -> tuple[str, str, str] | None:
-    """(kind, query, answer) of one passage: ("title", title, text) when it has a title and a text of
-    ``window`` words or more, else ("window", a seeded window of words, the words around it); None
-    when the passage is too short to keep at least the window's length as its answer."""
+def sentences(text: str) -> list[str]:
+    """``text`` split after each ``.``, ``!`` or ``?`` that a space follows, empty pieces dropped."""
+    return [piece for piece in SENTENCE_END.split(text.strip()) if piece.strip()]
+
+
+def cut(doc: Document, window: int, rng: np.random.Generator, sentence_words: tuple[int, int] = (5, 30)
+        ) -> tuple[str, str, str] | None:
+    """(kind, query, answer) of one passage, the first that applies:
+
+    - ("sentence", one seeded sentence of ``sentence_words`` words, the title and the other
+      sentences) when the text has such a sentence and at least ``window`` words besides it;
+    - ("title", title, text) when it has a title and a text of ``window`` words or more;
+    - ("window", a seeded window of ``window`` words, the words around it);
+
+    None when the passage is too short to keep at least the window's length as its answer."""
+    parts = sentences(doc.text)
+    lengths = [len(p.split()) for p in parts]
+    total = sum(lengths)
+    usable = [i for i, n in enumerate(lengths) if sentence_words[0] <= n <= sentence_words[1] and total - n >= window]
+    if len(parts) > 1 and usable:
+        pick = usable[int(rng.integers(0, len(usable)))]
+        return "sentence", parts[pick], " ".join([doc.title.strip()] * bool(doc.title.strip()) + parts[:pick] + parts[pick + 1:])
     if doc.title.strip() and len(doc.text.split()) >= window:
         return "title", doc.title.strip(), doc.text
     words = f"{doc.title} {doc.text}".split()
@@ -100,12 +127,14 @@ def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates
     lexical[own, source], dense[own, source] = own_lexical[own, own], own_dense[own, own]
     depth = pool_depth(config, len(rows), len(docs))
     gains = mix_choice.weight_gains(lexical, dense, source, depth)
-    weight = mix_choice.choose_weight(gains)
+    weight, bounds = mix_choice.bounded_choice(gains)
     seconds = time.perf_counter() - start
     log.info("auto fusion: zscore with dense weight %.1f from %d pseudo-queries against %d passages (%.1f s)",
              weight, len(picked), len(rows), seconds)
-    return {"method": "zscore", "dense_weight": weight, "rule": "one standard error from the equal mix",
-            "pseudo_queries": len(picked), "titles": kinds.count("title"), "windows": kinds.count("window"),
+    return {"method": "zscore", "dense_weight": weight, "rule": "one standard error from the equal mix, within bounds",
+            "bounds": list(bounds),
+            "pseudo_queries": len(picked), "titles": kinds.count("title"), "sentences": kinds.count("sentence"),
+            "windows": kinds.count("window"),
             "pool": int(len(rows)), "depth": depth, "window": config.window, "seed": config.seed,
             "weights": list(mix_choice.WEIGHTS), "pseudo_ndcg_at_10": [round(float(g), 4) for g in gains.mean(axis=1)],
             "seconds": round(seconds, 2)}

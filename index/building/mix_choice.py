@@ -11,6 +11,12 @@ pseudo-queries show it to be worse: it takes the weight nearest the prior whose 
 one standard error (of the paired per-query difference) of the best weight's, the "one standard
 error" rule of model selection. A part that is much weaker on the collection pulls the best weight,
 and so the choice, towards the other part; parts of equal use leave it at the prior.
+
+Pseudo-queries are not the users' queries, so how far they may pull is bounded: the choice stays
+within ``BOUNDS`` (each part keeps at least a fifth of the mix) unless one part alone finds less
+than ``USELESS_SHARE`` of what the other alone finds (:func:`one_part_fails`). Such a part is
+dropped: the rule then starts from the other part alone instead of the equal mix, and keeps a mix
+only where one is better by more than a standard error.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from densehybrid.index.search import fusion
 
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 = lexical alone ... 1 = dense alone
 CUTOFF = 10
+BOUNDS = (0.2, 0.8)
+# a part alone below this share of the other part alone's pseudo-query nDCG@10 lifts BOUNDS
+USELESS_SHARE = 0.5
 
 
 def candidates(lexical: np.ndarray, dense: np.ndarray, depth: int) -> np.ndarray:
@@ -56,12 +65,21 @@ def weight_gains(lexical: np.ndarray, dense: np.ndarray, source: np.ndarray, dep
                      for w in weights])
 
 
+def one_part_fails(gains: np.ndarray, share: float = USELESS_SHARE) -> bool:
+    """Whether one part alone (the first and last rows of ``gains`` (W, Q): dense weight 0 and 1)
+    finds less than ``share`` of what the other part alone finds, in mean gain."""
+    lexical, dense = float(gains[0].mean()), float(gains[-1].mean())
+    return min(lexical, dense) < share * max(lexical, dense)
+
+
 def choose_weight(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
-                  prior: float = fusion.DEFAULT_DENSE_WEIGHT) -> float:
+                  prior: float = fusion.DEFAULT_DENSE_WEIGHT,
+                  bounds: tuple[float, float] = (0.0, 1.0)) -> float:
     """The weight nearest ``prior`` whose mean gain is within one standard error of the best's.
 
     ``gains`` (W, Q) per weight and pseudo-query; the standard error is that of the paired
     per-query difference to the best weight (0 differences: only equally good weights qualify).
+    The choice is then clipped to ``bounds`` (the nearest weight of ``weights`` inside them).
     """
     means = gains.mean(axis=1)
     best = int(np.argmax(means))
@@ -70,5 +88,18 @@ def choose_weight(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
     near = np.flatnonzero(diff.mean(axis=1) <= stderr + 1e-12)
     distance = np.abs(np.asarray(weights)[near] - prior)
     # nearest the prior; of two equally near, the better one
-    pick = near[np.lexsort((-means[near], distance))[0]]
-    return float(weights[pick])
+    pick = float(weights[near[np.lexsort((-means[near], distance))[0]]])
+    low, high = bounds
+    inside = [w for w in weights if low - 1e-9 <= w <= high + 1e-9]
+    return min(inside, key=lambda w: abs(w - pick))
+
+
+def bounded_choice(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
+                   prior: float = fusion.DEFAULT_DENSE_WEIGHT) -> tuple[float, tuple[float, float]]:
+    """(weight, bounds it was chosen within): :func:`choose_weight` within ``BOUNDS``; when
+    :func:`one_part_fails`, within [0, 1] and nearest the other part alone instead of ``prior``
+    (a mix with the failed part must be clearly better to be kept)."""
+    if not one_part_fails(gains):
+        return choose_weight(gains, weights, prior, BOUNDS), BOUNDS
+    survivor = 1.0 if gains[-1].mean() > gains[0].mean() else 0.0
+    return choose_weight(gains, weights, survivor, (0.0, 1.0)), (0.0, 1.0)
