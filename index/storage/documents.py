@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ class DocTable:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = threading.Lock()
-        uri = f"file:{self.path}?mode=ro&immutable=1"
+        uri = _uri(self.path, "mode=ro&immutable=1")
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
 
     def _rows(self, sql: str, args: Sequence) -> list[tuple]:
@@ -70,17 +71,44 @@ def write_docs(directory: Path, docs: Iterable[Document]) -> None:
     write_docs_at(directory, enumerate(docs))
 
 
-def write_docs_at(directory: Path, rows: Iterable[tuple[int, Document]]) -> None:
-    """The table from (row, document) pairs in any order (an import's corpus need not follow its rows)."""
+def _uri(path: Path, query: str = "") -> str:
+    return f"file:{urllib.parse.quote(str(path.absolute()))}" + (f"?{query}" if query else "")
+
+
+def _new_table(directory: Path) -> sqlite3.Connection:
     path = directory / DOCS
     if path.exists():
         path.unlink()
-    conn = sqlite3.connect(path)
+    conn = sqlite3.connect(_uri(path), uri=True)  # a URI: the source a fold attaches is opened read only
+    conn.execute("PRAGMA journal_mode = OFF")
+    conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")
+    return conn
+
+
+def write_docs_at(directory: Path, rows: Iterable[tuple[int, Document]]) -> None:
+    """The table from (row, document) pairs in any order (an import's corpus need not follow its rows)."""
+    conn = _new_table(directory)
     try:
-        conn.execute("PRAGMA journal_mode = OFF")
-        conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")
         with conn:
             conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
                              ((i, d.id, d.title, d.text) for i, d in rows))
+    finally:
+        conn.close()
+
+
+def write_docs_folded(directory: Path, source: Path, dropped: Sequence[int], added: Sequence[Document]) -> None:
+    """The table of ``source`` without its rows ``dropped`` (the rest renumbered from 0, in order), then ``added``.
+
+    SQLite copies the kept rows itself, table to table: a million passages never become Python objects."""
+    conn = _new_table(directory)
+    try:
+        conn.execute("ATTACH DATABASE ? AS source", (_uri(Path(source), "mode=ro&immutable=1"),))
+        conn.execute("CREATE TEMP TABLE dropped (row INTEGER PRIMARY KEY)")
+        with conn:
+            conn.executemany("INSERT INTO temp.dropped VALUES (?)", ((int(r),) for r in dropped))
+            kept = conn.execute("INSERT INTO docs SELECT row_number() OVER (ORDER BY row) - 1, id, title, text "
+                                "FROM source.docs WHERE row NOT IN (SELECT row FROM temp.dropped) ORDER BY row").rowcount
+            conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
+                             ((kept + i, d.id, d.title, d.text) for i, d in enumerate(added)))
     finally:
         conn.close()

@@ -35,7 +35,7 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     docs: DocTable
     payload: Payload | None = None
     ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
-    _row_by_id: dict[str, int] | None = field(default=None, repr=False)
+    _id_lookup: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _searcher: Searcher | None = field(default=None, repr=False)
 
     remote = False
@@ -45,10 +45,28 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     def first_stage_kind(self) -> str:
         return "hnsw" if self.ann is not None else faiss_engine.first_stage_description(self.faiss)
 
+    def _ids_sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the ids as one numpy string array, the row order that sorts them), built on first use: at a
+        million rows a dict of ids took several times the memory and its build held the GIL for most of a
+        second, where numpy sorts outside it."""
+        if self._id_lookup is None:
+            ids = np.array(self.doc_ids, dtype=str)
+            self._id_lookup = ids, np.argsort(ids, kind="stable")
+        return self._id_lookup
+
+    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """(n,) int64: the row of each id, -1 for an id the index does not hold (one vectorised lookup)."""
+        ids, order = self._ids_sorted()
+        wanted = np.array(list(doc_ids), dtype=str)
+        if not len(ids) or not len(wanted):
+            return np.full(len(wanted), -1, np.int64)
+        rows = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
+        # numpy strings drop trailing NULs; the stored ids themselves decide equality
+        return np.array([r if self.doc_ids[r] == d else -1 for r, d in zip(rows.tolist(), doc_ids)], np.int64)
+
     def row_of(self, doc_id: str) -> int | None:
-        if self._row_by_id is None:
-            self._row_by_id = {d: i for i, d in enumerate(self.doc_ids)}
-        return self._row_by_id.get(doc_id)
+        row = int(self.rows_of([doc_id])[0])
+        return None if row < 0 else row
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:
         return [self.doc_ids[r] for r in rows]

@@ -47,6 +47,15 @@ def new_flat(dim: int, dtype: str = "float16") -> faiss.Index:
     raise ValueError(f"unknown vector dtype {dtype!r}; use one of {', '.join(DTYPES)}")
 
 
+_FLOAT16_EXPONENT = np.uint16(0x7C00)  # all ones: infinity or NaN
+
+
+def _all_finite(rows: np.ndarray) -> bool:
+    if rows.dtype == np.float16:  # numpy computes float16 isfinite elementwise in software; its bits say it ~3x faster
+        return not np.any((rows.view(np.uint16) & _FLOAT16_EXPONENT) == _FLOAT16_EXPONENT)
+    return bool(np.isfinite(rows).all())
+
+
 def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: int, dtype: str = "float16") -> None:
     """Stream ``parts`` ((n, dim) arrays, ``count`` rows in all) into a flat Faiss file at ``path``.
 
@@ -63,7 +72,7 @@ def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: i
                 rows = np.ascontiguousarray(part, dtype=dtype)
             if rows.ndim != 2 or rows.shape[1] != dim:
                 raise ValueError(f"a part of shape {rows.shape}, expected (n, {dim})")
-            if not np.isfinite(rows).all():
+            if not _all_finite(rows):
                 raise ValueError(f"rows {written}..{written + len(rows)} hold values {dtype} cannot represent "
                                  "(overflow beyond ±65504 or NaN); choose float32")
             f.write(rows.data)

@@ -1,11 +1,10 @@
 """Fold a live index's delta into a new generation, published the way builds are.
 
-The live base rows (hidden ones dropped) and then the delta rows are written as build
-shards in ``<index>.partial/``, assembled, given a manifest that records the last folded
-log sequence number (``writes.applied_seq``, so a restart never applies a change twice),
-fsynced, and renamed into place by :func:`index.files.publish`. A crash at any point
-leaves either the old generation or the new one, and the log still holds every change the
-new one lacks.
+The live base rows (hidden ones dropped) and then the delta rows are written into
+``<index>.partial/index/``, given a manifest that records the last folded log sequence number
+(``writes.applied_seq``, so a restart never applies a change twice), fsynced, and renamed into place
+by :func:`index.files.publish`. A crash at any point leaves either the old generation or the new
+one, and the log still holds every change the new one lacks.
 
 A server folds in a child process (:class:`FoldWorker`): the child rebuilds the delta from the
 index and the closed log segments on disk, so the fold neither holds the server's GIL nor competes
@@ -34,12 +33,15 @@ from densehybrid.index import errors
 from densehybrid.index.storage import files
 
 from densehybrid.index.building import shards
+from densehybrid.index.building.first_stage import write_vectors_and_first_stage
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.storage.documents import write_docs_folded
 from densehybrid.index.storage.payload import Payload
+from densehybrid.index.storage.payload_fold import folded_payload
 from densehybrid.index.writes.wal import fsync_directory
 
-_CHUNK_ROWS = 65_536
+_BLOCK_ROWS = 65_536  # rows copied at a time: a few MB, in large sequential reads of the stored copy
 
 
 def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
@@ -48,9 +50,40 @@ def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
     return faiss_engine.PQConfig(**{k: v for k, v in first_stage.items() if k != "type"})
 
 
-def _base_values(base: IndexFiles, rows: np.ndarray) -> np.ndarray:
-    """float32 values of base ``rows``, from the one stored copy."""
-    return np.asarray(base.values[rows], dtype=np.float32)
+def kept_runs(count: int, dropped: np.ndarray) -> list[tuple[int, int]]:
+    """The [start, stop) runs of rows ``0..count-1`` left between the sorted row numbers ``dropped``."""
+    starts = np.concatenate([[0], dropped + 1])
+    stops = np.concatenate([dropped, [count]])
+    return [(int(a), int(b)) for a, b in zip(starts, stops) if b > a]
+
+
+def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray | None):
+    """The kept rows of ``stored`` in blocks of at most ``_BLOCK_ROWS`` (slices of the memory map, copied
+    whole), then ``added``."""
+    for start, stop in runs:
+        for s in range(start, stop, _BLOCK_ROWS):
+            yield np.asarray(stored[s:min(stop, s + _BLOCK_ROWS)])
+    if added is not None and len(added):
+        yield added
+
+
+def _write_gates(path: Path, parts, count: int, gated_dim: int) -> None:
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(count, gated_dim))
+    at = 0
+    for part in parts:
+        out[at:at + len(part)] = part
+        at += len(part)
+    if at != count:
+        raise errors.IndexWriteError(f"{path}: {at} rows of gates, expected {count}")
+    out.flush()
+    del out
+
+
+def _kept_ids(doc_ids, runs: list[tuple[int, int]]) -> list[str]:
+    out: list[str] = []
+    for start, stop in runs:
+        out.extend(doc_ids[start:stop])
+    return out
 
 
 def _fsync_tree(directory: Path) -> None:
@@ -62,36 +95,38 @@ def _fsync_tree(directory: Path) -> None:
 
 
 def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
-    """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it)."""
+    """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it).
+
+    Everything is copied in bulk, never row by row in Python: the vectors (and gates) in large blocks
+    of the memory-mapped stored copy, the texts by SQLite from table to table, the ids as list slices
+    and the payload as columns. Only the written rows pass through Python objects."""
     out = Path(out)
     work = shards.work_dir(out)
     shutil.rmtree(work, ignore_errors=True)  # an interrupted earlier compaction
-    shards.start(work, {"from": "compaction", "applied_seq": applied_seq}, resume=False)
-    hidden = np.array(sorted(delta.hidden), dtype=np.int64)
-    keep = np.setdiff1d(np.arange(base.count, dtype=np.int64), hidden)
-    number = 0
-    for s in range(0, len(keep), _CHUNK_ROWS):
-        rows = keep[s:s + _CHUNK_ROWS]
-        docs = base.docs.get_many([base.doc_ids[r] for r in rows])
-        gates = np.asarray(base.gates[rows]) if base.gates is not None else None
-        shards.write_shard(work, number, _base_values(base, rows), gates, docs)
-        number += 1
+    staged = work / "index"
+    staged.mkdir(parents=True)
+    dropped = np.array(sorted(delta.hidden), dtype=np.int64)
+    runs = kept_runs(base.count, dropped)
     written, values, gates = delta.live()  # dead (replaced or deleted) delta rows left out
-    if len(delta):
-        shards.write_shard(work, number, values, gates, written)
-    count = len(keep) + len(delta)
+    count = base.count - len(dropped) + len(written)
     spec = base.spec
     values_dtype = str(base.values.dtype)
     # an hnsw base gets the graph of the new rows, built as the base's was
     ann = hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]) if hnsw_engine.is_hnsw(
         base.manifest["first_stage"]) else None
-    staged, first_stage = shards.assemble(work, count=count, dim=spec.dim, gated_dim=spec.gated_dim,
-                                          pq=_pq_config(base.manifest["first_stage"]), values_dtype=values_dtype,
-                                          ann=ann)
+    added = None if values is None else np.asarray(values, dtype=values_dtype)
+    first_stage = write_vectors_and_first_stage(staged, _blocks(base.values, runs, added), count=count,
+                                                dim=spec.dim, values_dtype=values_dtype,
+                                                pq=_pq_config(base.manifest["first_stage"]), ann=ann)
+    if spec.gated_dim:
+        _write_gates(staged / files.GATES, _blocks(base.gates, runs, gates), count, spec.gated_dim)
+    files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs) + [d.id for d in written])
+    write_docs_folded(staged, base.docs.path, dropped, written)
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
-        rows = base.field_values(keep, list(schema)) + [d.fields for d in written]
-        Payload.from_rows(schema, rows).write(staged)
+        keep = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs] or [np.empty(0, np.int64)])
+        added_fields = Payload.from_rows(schema, [d.fields for d in written])
+        folded_payload(schema, base.payload, keep, added_fields).write(staged)
     extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
                          first_stage=first_stage, values_dtype=values_dtype, extra={**extra, "writes": {"applied_seq": applied_seq}})
