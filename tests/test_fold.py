@@ -134,3 +134,33 @@ def test_folded_payload_equals_the_columns_built_from_rows():
     for name in SCHEMA:
         np.testing.assert_array_equal(got.columns[name].present, want.columns[name].present)
         np.testing.assert_array_equal(got.columns[name].data, want.columns[name].data)
+
+
+def test_a_format_1_index_folds_into_a_format_2_generation_of_its_kept_and_written_rows(tmp_path):
+    from test_index_format_v1 import write_format_1
+
+    xb = write_format_1(tmp_path / "old", count=30)
+    base = load_index(tmp_path / "old")
+    encoder = FakeEncoder("cls")
+    added = [Document("new", "", "alpha beta")]
+    values = encode_passages(encoder, [passage_text(d) for d in added], 16).values
+    delta = upsert(delete(delete(Delta(), base, "d3"), base, "d29"), base, added, values, None)
+
+    folded = load_index(compaction.fold(base, delta, tmp_path / "old", applied_seq=3))
+    kept = [i for i in range(30) if i not in (3, 29)]
+    assert folded.manifest["format_version"] == 2 and folded.doc_ids == [f"d{i}" for i in kept] + ["new"]
+    np.testing.assert_array_equal(folded.values, np.concatenate([xb[kept], values]).astype(np.float16))
+    assert [d.id for d in folded.docs.iter_rows()] == folded.doc_ids
+
+
+def test_the_id_lookup_finds_every_id_and_only_those(tmp_path):
+    encoder = FakeEncoder("cls")
+    rng = np.random.default_rng(9)
+    ids = [f"id-{rng.integers(10**6)}-{i}" for i in range(50)] + ["a", "a\x00", "é", "b"]
+    docs = [Document(i, "", f"text {n}") for n, i in enumerate(ids)]
+    index = load_index(build_from_arrays(tmp_path / "ids", encoder.spec,
+                                         encode_passages(encoder, [d.text for d in docs], 16), docs))
+    assert [index.row_of(i) for i in ids] == list(range(len(ids)))  # "a\x00" is not "a", though numpy says so
+    assert index.row_of("missing") is None and index.row_of("") is None and index.row_of("zzz") is None
+    np.testing.assert_array_equal(index.rows_of(["b", "nope", ids[7]]), [len(ids) - 1, -1, 7])
+    assert index.rows_of([]).shape == (0,)

@@ -60,9 +60,11 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
         wanted = np.array(list(doc_ids), dtype=str)
         if not len(ids) or not len(wanted):
             return np.full(len(wanted), -1, np.int64)
-        rows = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
-        # numpy strings drop trailing NULs; the stored ids themselves decide equality
-        return np.array([r if self.doc_ids[r] == d else -1 for r, d in zip(rows.tolist(), doc_ids)], np.int64)
+        first = np.searchsorted(ids, wanted, side="left", sorter=order).tolist()
+        last = np.searchsorted(ids, wanted, side="right", sorter=order).tolist()
+        # numpy strings drop trailing NULs ("a" and "a\x00" sort as one): the stored ids decide among equals
+        return np.array([next((r for r in order[a:b].tolist() if self.doc_ids[r] == d), -1)
+                         for a, b, d in zip(first, last, doc_ids)], np.int64)
 
     def row_of(self, doc_id: str) -> int | None:
         row = int(self.rows_of([doc_id])[0])
