@@ -100,7 +100,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     found = searcher.search(queries, SearchParams(
         k=min(ranked + hidden, max(base.count, 1)), first_stage=params.first_stage,
         candidates=min(params.candidates + hidden, MAX_CANDIDATES), theta=params.theta, rerank=params.rerank,
-        lam=lam, filter=filter, ef_search=params.ef_search))
+        lam=lam, filter=filter, ef_search=params.ef_search, row_limit=params.row_limit))
     started = time.perf_counter()
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)
