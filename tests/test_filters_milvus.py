@@ -85,15 +85,11 @@ def test_the_warm_up_searches_a_collection_within_its_first_rows(exported):
     from densehybrid.service import startup
     from densehybrid.service.settings import ServiceSettings
     from support.fake_encoder import FakeEncoder
+    from support.runtime import warmed_up
 
     index, collection, *_ = exported
     encoder = FakeEncoder("dhr", dlr_dim=24, dense_dim=8, vocab_size=6000)  # the collection's dims
     rt = startup.build_runtime(ServiceSettings(), encoder, collection)
     params = startup.warm_up_params(rt.index)
     assert params.row_limit == startup.WARMUP_ROWS < N
-    startup.start(rt)
-    try:
-        startup.warm_up(rt)
-        assert rt.health.status == "ready"
-    finally:
-        startup.stop(rt)
+    warmed_up(rt)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from support.fake_encoder import FakeEncoder
+from support.runtime import running, warmed_up
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.building import build
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
@@ -93,12 +94,7 @@ def _warm_up_selections(index_dir: Path, encoder=None) -> list:
         return first_stage(xq, depth, selection, **extra)
 
     store.inner_product = recording
-    startup.start(rt)
-    try:
-        startup.warm_up(rt)
-        assert rt.health.status == "ready"
-    finally:
-        startup.stop(rt)
+    warmed_up(rt)
     return seen
 
 
@@ -146,14 +142,11 @@ def test_the_warm_up_pages_in_a_small_part_of_the_vectors(tmp_path):
     if _resident_bytes(vectors) > vectors.stat().st_size // 4:
         pytest.skip("this file system keeps files in memory (tmpfs): nothing to page in")
     rt = startup.build_runtime(ServiceSettings(), FakeEncoder("cls", dense_dim=64), load_index(index_dir))
-    startup.start(rt)
-    try:
+    with running(rt):
         startup.warm_up(rt)
         warmed = _resident_bytes(vectors)
         xq = np.ones((1, 64), np.float32)
         rt.index.search(Encoded(xq, None), SearchParams(k=10))  # a request's full scan, for contrast
         scanned = _resident_bytes(vectors)
-    finally:
-        startup.stop(rt)
     assert warmed < vectors.stat().st_size // 20, (warmed, scanned)
     assert scanned > vectors.stat().st_size // 2, (warmed, scanned)
