@@ -12,15 +12,9 @@ from densehybrid.index.search.params import SearchParams
 from test_filters import N, SELECTIVITIES, brute_force, synthetic_index
 from test_gip import random_rows
 
+from support.milvus_lite import stop_lite_servers  # noqa: F401 - a module fixture, used by being imported
+
 pytestmark = pytest.mark.slow  # Milvus Lite: a store process, and a 20 000-row export
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_lite_servers():
-    yield
-    from milvus_lite.server_manager import server_manager_instance
-
-    server_manager_instance.release_all()
 
 
 @pytest.fixture(scope="module")

@@ -14,20 +14,13 @@ from densehybrid.index.engines.milvus_engine import vector_index
 from densehybrid.index.storage import milvus, milvus_export
 from densehybrid.index.storage.files import load_index
 
+from support.milvus_lite import stop_lite_servers  # noqa: F401 - a module fixture, used by being imported
 from support.fake_encoder import FakeEncoder
 
 pytestmark = pytest.mark.slow  # Milvus Lite: a store process per database file
 
 ANN = HNSWConfig(m=12, ef_construction=40, ef_search=24, train_size=120)
 QUERIES = ["graph search", "vector 17", "disk memory recall"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_lite_servers():
-    yield
-    from milvus_lite.server_manager import server_manager_instance
-
-    server_manager_instance.release_all()
 
 
 @pytest.fixture(scope="module")

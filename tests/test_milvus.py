@@ -23,21 +23,13 @@ from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.index.search.params import SearchParams
 
+from support.milvus_lite import stop_lite_servers  # noqa: F401 - a module fixture, used by being imported
 from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # Milvus Lite: a store process per database file
 
 QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexical"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _stop_lite_servers():
-    """Milvus Lite runs one server process per .db; stop them while pytest's log streams are still open."""
-    yield
-    from milvus_lite.server_manager import server_manager_instance
-
-    server_manager_instance.release_all()
 
 
 @pytest.fixture(scope="module")
