@@ -4,8 +4,10 @@
 
 Times, each on its own (median of 50 after 5 warm-ups, synchronised): the three ways to write the
 inner products of one query with every row (``q @ V.T``, ``V @ q.T``, ``torch.mv``), the top 1,000 of
-the scores in float32 and float16, a copy of the rows (the bandwidth reference), and the whole
-``TorchFlatIndex.search``; prints them as JSON with each one's share of the search.
+the scores in float32 and float16 (``torch.topk`` and the block top-k the search uses), the device
+ordering of the result, a copy of the rows (the bandwidth reference), the whole
+``TorchFlatIndex.search`` at k = 1,000 and 10, and its device part replayed from a CUDA graph (what
+launch overhead costs); prints them as JSON with each one's share of the search.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 
 from densehybrid.index.engines.torch_engine import TorchFlatIndex
+from densehybrid.index.engines.torch_topk import order_by_score, top_k
 
 DIM, DEPTH = 768, 1000
 
@@ -39,6 +42,25 @@ def _median_ms(fn, device: torch.device, repeats: int = 50, warmup: int = 5) -> 
     return float(np.median(samples))
 
 
+def _graphed_ms(index: TorchFlatIndex, query: torch.Tensor, device: torch.device) -> float:
+    """The search's device work (scan, top-k, order) replayed from one CUDA graph, without the copies."""
+    values, q = index.shards[0][0].values, query.clone()
+
+    def device_part():
+        return order_by_score(*top_k(q @ values.T, DEPTH), DEPTH)
+
+    stream = torch.cuda.Stream(device)  # warm-up off the default stream, as a capture requires
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            device_part()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        device_part()
+    return _median_ms(graph.replay, device)
+
+
 def parts(device: torch.device, rows: int) -> dict:
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     host = torch.randn(rows, DIM).numpy()
@@ -55,9 +77,15 @@ def parts(device: torch.device, rows: int) -> dict:
         f"topk {DEPTH} float32": _median_ms(lambda: torch.topk(scores32, DEPTH, dim=1), device),
         f"topk {DEPTH} {str(dtype).removeprefix('torch.')}": _median_ms(
             lambda: torch.topk(scores32.to(dtype), DEPTH, dim=1), device),
+        f"block top_k {DEPTH} {str(dtype).removeprefix('torch.')}": _median_ms(
+            lambda: top_k(scores32.to(dtype), DEPTH, blocks=True), device),
+        f"order {DEPTH} on the device": _median_ms(lambda: order_by_score(*top_k(scores32, DEPTH), DEPTH), device),
         "copy of the rows": _median_ms(lambda: copy.copy_(values), device),
         "search": _median_ms(lambda: index.search(xq, DEPTH), device),
+        "search k=10": _median_ms(lambda: index.search(xq, 10), device),
     }
+    if device.type == "cuda":
+        timings["device part, graphed"] = _graphed_ms(index, query, device)
     nbytes = values.numel() * values.element_size()
     return {"device": str(device), "rows": rows, "dtype": str(dtype).removeprefix("torch."),
             "ms": {name: round(ms, 4) for name, ms in timings.items()},

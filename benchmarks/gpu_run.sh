@@ -39,7 +39,8 @@ step() {  # step NAME SECONDS SECTION... : one benchmark run of those sections
 }
 step search "$search_s" memory search
 step encoder "$encoder_s" encoder
-step service "$service_s" service
+# the service step also samples the server's threads under the highest load (py-spy, when packed)
+DENSEHYBRID_BENCH_PROFILE_DIR="$out/profile" step service "$service_s" service
 # where the first stage's time goes (matmul forms, top-k, a copy of the rows), beside the benchmark
 timeout 60 python -m densehybrid.bench.first_stage_parts "" "$parts_rows" > "$out/first-stage-parts.json" \
   2> "$out/first-stage-parts.log" || { echo "first-stage parts: FAILED (see $out/first-stage-parts.log)"; status=1; }

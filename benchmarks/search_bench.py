@@ -137,6 +137,8 @@ def torch_first_stage(config, device: str, bandwidth: dict) -> dict:
     del xb
     xq = np.random.default_rng(3).standard_normal((1, dim), dtype=np.float32)
     timed = time_calls(lambda: index.search(xq, config.depth), repeats=config.first_stage_repeats, warmup=2)
+    # the depth a search without a rerank asks for: k (10) and one row past the cut
+    shallow = time_calls(lambda: index.search(xq, 11), repeats=config.first_stage_repeats, warmup=2)
     scanned = rows * dim * item / (timed.p50 / 1000.0) / 1e9
     if on_gpu:
         reference, kind = device_copy_gbps(search_devices(device)[0]), "device copy bandwidth"
@@ -151,6 +153,8 @@ def torch_first_stage(config, device: str, bandwidth: dict) -> dict:
     rerank = time_calls(lambda: dhr.rerank(qv, qg, candidates, 10), repeats=config.first_stage_repeats, warmup=2)
     return {"device": device, "dtype": str(dtype).removeprefix("torch."), "rows": rows, "dim": dim, "k": config.depth,
             "batch1_ms": timed.to_dict(), "scan_gbps": round(scanned, 3), "bandwidth_gbps": round(reference, 2),
+            "batch1_k11_ms": shallow.to_dict(),
+            "fraction_of_bandwidth_k11": ratio(rows * dim * item / (shallow.p50 / 1000.0) / 1e9, reference),
             "bandwidth_kind": kind, "fraction_of_bandwidth": ratio(scanned, reference),
             "rerank_candidates": k1, "rerank_ms": rerank.to_dict()}
 

@@ -9,16 +9,21 @@ is the default batcher (32 texts, 2 ms wait), "off" is one text per forward.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
+import http.client
+import itertools
+import json
 import logging
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,11 +68,13 @@ def build_index(root: Path, encoder, docs: int) -> Path:
     return build_from_arrays(root / "index", spec, Encoded(values, gates), documents)
 
 
-def in_process(encoder, index_dir: Path, texts: list[str], repeats: int) -> dict:
+def in_process(encoder, index_dir: Path, texts: list[str], repeats: int, device: str | None = None) -> dict:
+    """Encode, and encode + search, called directly: the search on the device the server picks for it."""
     from densehybrid.index.storage.files import load_index
-    from densehybrid.index.search.searcher import Searcher
+    from densehybrid.index.search.searcher import Searcher, resolve_search_device
 
-    searcher = Searcher(load_index(index_dir))
+    index = load_index(index_dir)
+    searcher = Searcher(index, device=resolve_search_device(device, index))
     cycle = iter(range(1 << 30))
 
     def encode():
@@ -91,8 +98,8 @@ def server_process(index_dir: Path, backend: str, device: str | None, batching: 
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    with _process(cmd, f"http://127.0.0.1:{port}", env, timeout_s) as url:
-        yield url
+    with _process(cmd, f"http://127.0.0.1:{port}", env, timeout_s) as server:
+        yield server
 
 
 # the floor under any /search overhead on this machine: the same server stack (uvicorn + FastAPI,
@@ -126,7 +133,7 @@ def _process(cmd: list[str], url: str, env: dict, timeout_s: float):
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not become ready in time")
             time.sleep(0.2)
-        yield url
+        yield url, proc.pid
     finally:
         stop_process(proc)
 
@@ -134,8 +141,8 @@ def _process(cmd: list[str], url: str, env: dict, timeout_s: float):
 def noop_floor(config, texts: list[str]) -> dict:
     """/search latency of a do-nothing FastAPI handler in its own process: the HTTP+JSON floor."""
     port = free_port()
-    with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as url:
-        return asyncio.run(_drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1))
+    with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as (url, _):
+        return _drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1)
 
 
 @contextlib.contextmanager
@@ -147,7 +154,7 @@ def server_thread(index_dir: Path, backend: str, device: str | None, batching: d
     settings = ServiceSettings(index=index_dir, backend=backend, device=device, port=0, log_level="WARNING",
                                max_batch_size=batching["max_batch_size"], max_wait_ms=batching["max_wait_ms"])
     with LiveServer(create_app(settings)) as server:
-        yield server.url
+        yield server.url, None
 
 
 @dataclass
@@ -161,36 +168,57 @@ class _Samples:
     ended: float = 0.0
 
 
-async def _drive_samples(url: str, route: str, bodies: list[dict], concurrency: int,
-                         start_at: float | None = None) -> _Samples:
+class _Connection:
+    """One keep-alive HTTP/1.1 connection of the standard library: a tenth of httpx's client time per
+    request on the loopback (0.6 against 1.6 ms for a do-nothing handler here), so a level measures the
+    server rather than the client."""
+
+    def __init__(self, url: str):
+        parts = urllib.parse.urlsplit(url)
+        self.http = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+
+    def post(self, route: str, body: dict) -> dict:
+        self.http.request("POST", route, json.dumps(body), {"Content-Type": "application/json"})
+        reply = self.http.getresponse()
+        payload = reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"POST {route} answered {reply.status}: {payload[:300]!r}")
+        return json.loads(payload)
+
+
+def _drive_samples(url: str, route: str, bodies: list[dict], concurrency: int,
+                   start_at: float | None = None) -> _Samples:
+    """``concurrency`` closed-loop clients, a thread and a connection each, sharing ``bodies``."""
     samples = _Samples()
     pending = iter(bodies)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
-        async def worker():
-            for body in pending:
-                start = time.perf_counter()
-                reply = await client.post(route, json=body)
-                latency = (time.perf_counter() - start) * 1000.0
-                reply.raise_for_status()
-                timing = reply.json()["timing"]
+    lock = threading.Lock()
+    connections = [_Connection(url) for _ in range(concurrency)]
+    for connection, body in zip(connections, itertools.cycle(bodies[:2])):  # warm connections and caches
+        connection.post(route, body)
+
+    def worker(connection: _Connection) -> None:
+        while True:
+            with lock:
+                body = next(pending, None)
+            if body is None:
+                return
+            start = time.perf_counter()
+            timing = connection.post(route, body)["timing"]
+            latency = (time.perf_counter() - start) * 1000.0
+            with lock:
                 samples.latencies.append(latency)
                 samples.server_total.append(timing["total_ms"])
                 samples.overhead.append(latency - sum(timing.get(stage, 0.0) for stage in WORK_STAGES))
 
-        for body in bodies[:2]:  # warm connections and caches
-            (await client.post(route, json=body)).raise_for_status()
-        if start_at is not None:  # every client process starts at once
-            await asyncio.sleep(max(0.0, start_at - time.time()))
-        samples.began = time.time()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        samples.ended = time.time()
+    if start_at is not None:  # every client process starts at once
+        time.sleep(max(0.0, start_at - time.time()))
+    samples.began = time.time()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as threads:
+        list(threads.map(worker, connections))
+    samples.ended = time.time()
+    for connection in connections:
+        connection.http.close()
     return samples
-
-
-def _drive_part(url: str, route: str, bodies: list[dict], concurrency: int, start_at: float) -> _Samples:
-    """One client process's share of a level (a top-level function, so a process pool can run it)."""
-    return asyncio.run(_drive_samples(url, route, bodies, concurrency, start_at))
 
 
 def _summary(parts: list[_Samples], requests: int) -> dict:
@@ -203,22 +231,21 @@ def _summary(parts: list[_Samples], requests: int) -> dict:
             "client_processes": len(parts)}
 
 
-async def _drive(url: str, route: str, bodies: list[dict], concurrency: int) -> dict:
+def _drive(url: str, route: str, bodies: list[dict], concurrency: int) -> dict:
     """One level from this process's own client."""
-    return _summary([await _drive_samples(url, route, bodies, concurrency)], len(bodies))
+    return _summary([_drive_samples(url, route, bodies, concurrency)], len(bodies))
 
 
 def _drive_level(url: str, route: str, bodies: list[dict], concurrency: int, pool, processes: int) -> dict:
     """One level, its connections spread over the pool's client processes when there is a pool: one
-    Python client tops out at a few hundred requests/s (httpx; measured ~200/s where wrk drove the same
-    server at ~700/s), below what a GPU server answers."""
+    Python process's clients share one interpreter lock, which caps them below what a GPU server answers."""
     processes = 1 if pool is None else min(processes, concurrency)
     if processes == 1:
-        return asyncio.run(_drive(url, route, bodies, concurrency))
+        return _drive(url, route, bodies, concurrency)
     start_at = time.time() + 1.0  # after every process has warmed its connections
     shares = [(bodies[i::processes], concurrency // processes + (i < concurrency % processes))
               for i in range(processes)]
-    futures = [pool.submit(_drive_part, url, route, share, connections, start_at) for share, connections in shares]
+    futures = [pool.submit(_drive_samples, url, route, share, connections, start_at) for share, connections in shares]
     return _summary([f.result() for f in futures], len(bodies))
 
 
@@ -232,6 +259,28 @@ def load_levels(url: str, config, texts: list[str]) -> dict:
                 level = out.setdefault(route, {})[f"c{c}"] = _drive_level(url, route, bodies, c, pool, config.client_processes)
                 log.info("%s at %d clients: %s requests/s, p50 %s ms", route, c, level["rps"], level["p50_ms"])
     return out
+
+
+PROFILE_DIR_VARIABLE = "DENSEHYBRID_BENCH_PROFILE_DIR"
+
+
+def profiled_level(url: str, pid: int, config, texts: list[str], out_dir: Path) -> dict:
+    """The highest-concurrency /search level once more, with py-spy sampling the server's threads (raw
+    stacks, one line per stack and count, into ``out_dir``): where the server's time goes under load."""
+    concurrency = config.concurrency[-1]
+    if shutil.which("py-spy") is None:
+        return {"py_spy": "not installed"}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stacks = out_dir / f"server-search-c{concurrency}.txt"
+    spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--duration", "8", "--rate", "250", "--format", "raw",
+                            "--nonblocking", "--threads", "--output", str(stacks)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # py-spy attaches
+    bodies = [{"query": t, "k": 10} for t in texts] * 4  # long enough to fill most of the recording
+    with _client_pool(config.client_processes) as pool:
+        level = _drive_level(url, "/search", bodies, concurrency, pool, config.client_processes)
+    _, errors = spy.communicate(timeout=60)
+    return {**level, "stacks": stacks.name if stacks.exists() else None, "py_spy": errors[-500:]}
 
 
 @contextlib.contextmanager
@@ -254,16 +303,18 @@ def run(config, device: str | None) -> dict:
         log.info("service: a %d-document index built", config.service_docs)
         out = {"kind": config.service_kind, "backend": config.service_backend, "docs": config.service_docs,
                "requests_per_level": len(texts), "server": "thread" if config.service_in_thread else "process",
-               "in_process": in_process(encoder, index_dir, texts, repeats=max(5, min(30, len(texts))))}
+               "in_process": in_process(encoder, index_dir, texts, repeats=max(5, min(30, len(texts))), device=device)}
         del encoder
         if not config.service_in_thread:
             out["noop_floor_c1"] = noop_floor(config, texts)
         serve = server_thread if config.service_in_thread else server_process
         for mode in config.batching_modes:
             started = time.perf_counter()
-            with serve(index_dir, config.service_backend, device, BATCHING[mode], config.threads) as url:
+            with serve(index_dir, config.service_backend, device, BATCHING[mode], config.threads) as (url, pid):
                 log.info("service: server ready in %.1f s (batching %s)", time.perf_counter() - started, mode)
                 out[f"batching_{mode}"] = load_levels(url, config, texts)
+                if pid is not None and os.environ.get(PROFILE_DIR_VARIABLE):
+                    out[f"profiled_{mode}"] = profiled_level(url, pid, config, texts, Path(os.environ[PROFILE_DIR_VARIABLE]))
     first, last = f"c{config.concurrency[0]}", f"c{config.concurrency[-1]}"
     search_c1 = {mode: out[f"batching_{mode}"]["/search"][first] for mode in config.batching_modes}
     # per request, same process, same moment: robust to other load on the machine, unlike the

@@ -28,6 +28,7 @@ from densehybrid.index.engines.host import HostRows
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.gip import sort_by_score
 from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.engines.torch_topk import order_by_score, top_k
 
 DEFAULT_CHUNK_ROWS = 1 << 20  # 1M rows x 896 fp16 values = 1.8 GB per allocation
 _RERANK_BLOCK = 16_384  # candidate rows gathered per scoring step
@@ -82,41 +83,50 @@ class TorchFlatIndex:
         k' = min(k, N), sorted by score descending, ties by row ascending. ``mask`` (N,) bool keeps
         only those rows: the others score -inf on the device, before the top-k, and come back as -1."""
         k = min(k, self.count)
-        found_scores, found_rows = [], []
-        for device, chunks in zip(self.devices, self.shards):
-            if not chunks:
-                continue
-            q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device, self.dtype)
-            scores, rows = [], []
-            for chunk in chunks:
-                # the top-k runs on the scores in the storage dtype (the matmul's own output: float16 on a
-                # GPU), which the H200 measured at 0.12 ms for 1,000 of a million against 0.17 ms in float32
-                chunk_scores = q @ chunk.values.T
-                if mask is not None:
-                    kept = torch.from_numpy(np.array(mask[chunk.start:chunk.start + chunk.values.shape[0]]))
-                    chunk_scores.masked_fill_(~kept.to(device), float("-inf"))
-                top = torch.topk(chunk_scores, min(k, chunk_scores.shape[1]), dim=1)
-                scores.append(top.values)
-                rows.append(top.indices + chunk.start)
-            if len(chunks) == 1:
-                best, best_rows = scores[0], rows[0]
-            else:
-                merged, merged_rows = torch.cat(scores, 1), torch.cat(rows, 1)
-                top = torch.topk(merged, min(k, merged.shape[1]), dim=1)
-                best, best_rows = top.values, torch.gather(merged_rows, 1, top.indices)
-            found_scores.append(best.float().cpu())
-            found_rows.append(best_rows.cpu())
-        scores, rows = torch.cat(found_scores, 1).numpy(), torch.cat(found_rows, 1).numpy()
+        found = [self._device_search(device, chunks, xq, k, mask) for device, chunks in zip(self.devices, self.shards)
+                 if chunks]
+        if len(found) == 1:  # ordered on the device: only the k best cross to the host
+            scores, rows = _to_host(*order_by_score(*found[0], k))
+        else:
+            scores = torch.cat([part_scores.float().cpu() for part_scores, _ in found], 1).numpy()
+            rows = torch.cat([part_rows.cpu() for _, part_rows in found], 1).numpy()
+            scores, rows = sort_by_score(scores, rows, k)
         if mask is not None:
             rows = np.where(np.isneginf(scores), -1, rows)
-        return sort_by_score(scores, rows, k)
+        return scores, rows
 
+    def _device_search(self, device: torch.device, chunks: list[_Chunk], xq: np.ndarray, k: int,
+                       mask: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One device's top ``k`` (unordered) over its chunks -> (scores, global rows) (Q, ≤ k) on the device."""
+        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device, self.dtype)
+        scores, rows = [], []
+        for chunk in chunks:
+            # the top-k reads the scores in the storage dtype (the matmul's own output: float16 on a GPU)
+            chunk_scores = q @ chunk.values.T
+            if mask is not None:
+                kept = torch.from_numpy(np.array(mask[chunk.start:chunk.start + chunk.values.shape[0]]))
+                chunk_scores.masked_fill_(~kept.to(device), float("-inf"))
+            best, columns = top_k(chunk_scores, min(k, chunk_scores.shape[1]))
+            scores.append(best)
+            rows.append(columns + chunk.start)
+        if len(chunks) == 1:
+            return scores[0], rows[0]
+        merged, merged_rows = torch.cat(scores, 1), torch.cat(rows, 1)
+        best, columns = top_k(merged, min(k, merged.shape[1]))
+        return best, merged_rows.gather(1, columns)
+
+    @torch.inference_mode()
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact GIP of each query's candidate rows, top ``k`` (as :func:`densehybrid.index.search.gip.rerank`).
 
         xq (Q, dim) float32 (λ-scaled), gq (Q, G) uint8 or None, rows (Q, K) int64 (-1 = none)
         -> (scores, rows) (Q, min(k, K)).
         """
+        if len(self.devices) == 1:  # scored and ordered where the rows live: only the k best come back
+            device = self.devices[0]
+            scores = self._device_scores(device, self.shards[0], xq, gq, rows, split=False)[0]
+            wanted = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
+            return _to_host(*order_by_score(scores, wanted, k))
         return sort_by_score(self.score_rows(xq, gq, rows)[0], rows, k)
 
     @torch.inference_mode()
@@ -126,31 +136,54 @@ class TorchFlatIndex:
         the gated part and the open part apart. Each candidate is scored on the device holding its
         row; cells where ``rows`` is -1 hold -inf."""
         out = np.full((2 if split else 1, *rows.shape), -np.inf, dtype=np.float32)
-        for device, chunks in zip(self.devices, self.shards):
-            q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device)
-            g = None if gq is None or not self.gated_dim else torch.from_numpy(np.ascontiguousarray(gq)).to(device)
-            for chunk in chunks:
-                inside = (rows >= chunk.start) & (rows < chunk.start + chunk.values.shape[0])
-                qi, ci = np.nonzero(inside)
-                for s in range(0, len(qi), _RERANK_BLOCK):
-                    bq, bc = qi[s:s + _RERANK_BLOCK], ci[s:s + _RERANK_BLOCK]
-                    local = torch.from_numpy(rows[bq, bc] - chunk.start).to(device)
-                    product = self._product(q, g, chunk, local, torch.from_numpy(bq).to(device))
-                    if split:
-                        out[0, bq, bc] = product[:, :self.gated_dim].sum(1).cpu().numpy()
-                        out[1, bq, bc] = product[:, self.gated_dim:].sum(1).cpu().numpy()
-                    else:
-                        out[0, bq, bc] = product.sum(1).cpu().numpy()
+        for device, chunks, (lo, hi) in zip(self.devices, self.shards, _split(self.count, len(self.devices))):
+            here = (rows >= lo) & (rows < hi)
+            if here.any():
+                scored = self._device_scores(device, chunks, xq, gq, rows, split=split).cpu().numpy()
+                out[:, here] = scored[:, here]
         return out
 
-    def _product(self, q: torch.Tensor, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor,
-                 query_rows: torch.Tensor) -> torch.Tensor:
-        """Gated elementwise products of (query_rows[i], chunk row local[i]) pairs -> (M, dim) float32."""
-        product = chunk.values.index_select(0, local).float() * q.index_select(0, query_rows)
+    def _device_scores(self, device: torch.device, chunks: list[_Chunk], xq: np.ndarray, gq: np.ndarray | None,
+                       rows: np.ndarray, *, split: bool) -> torch.Tensor:
+        """Exact GIP of the candidates held in ``chunks`` -> (1 or 2, Q, K) float32 on ``device``; -inf elsewhere."""
+        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device)
+        g = None if gq is None or not self.gated_dim else torch.from_numpy(np.ascontiguousarray(gq)).to(device)
+        wanted = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
+        out = torch.full((2 if split else 1, *rows.shape), float("-inf"), device=device)
+        per_step = max(1, _RERANK_BLOCK // max(1, rows.shape[1]))  # queries whose candidates one step gathers
+        for chunk in chunks:
+            local = wanted - chunk.start
+            inside = (local >= 0) & (local < chunk.values.shape[0])
+            local = torch.where(inside, local, 0)
+            for s in range(0, rows.shape[0], per_step):
+                block = slice(s, s + per_step)
+                product = self._product(q[block], None if g is None else g[block], chunk, local[block])
+                parts = (product[..., :self.gated_dim].sum(2), product[..., self.gated_dim:].sum(2)) if split \
+                    else (product.sum(2),)
+                for i, part in enumerate(parts):
+                    out[i, block] = torch.where(inside[block], part, out[i, block])
+        return out
+
+    def _product(self, q: torch.Tensor, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor) -> torch.Tensor:
+        """Gated elementwise products of each query q[i] with its candidate rows local[i] (B, K) -> (B, K, dim) float32."""
+        flat = local.reshape(-1)
+        product = chunk.values.index_select(0, flat).float().view(*local.shape, self.dim) * q.unsqueeze(1)
         if g is not None and chunk.gates is not None:
-            same_gate = chunk.gates.index_select(0, local) == g.index_select(0, query_rows)
-            product[:, :self.gated_dim] *= same_gate
+            same_gate = chunk.gates.index_select(0, flat).view(*local.shape, self.gated_dim) == g.unsqueeze(1)
+            product[..., :self.gated_dim] *= same_gate
         return product
+
+
+def _to_host(scores: torch.Tensor, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Device results -> numpy (float32 scores, int64 rows), both copies queued before one wait."""
+    if scores.device.type != "cuda":
+        return scores.float().numpy(), rows.numpy()
+    host_scores = torch.empty(scores.shape, dtype=torch.float32, pin_memory=True)
+    host_rows = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
+    host_scores.copy_(scores.float(), non_blocking=True)
+    host_rows.copy_(rows, non_blocking=True)
+    torch.cuda.current_stream(scores.device).synchronize()
+    return host_scores.numpy(), host_rows.numpy()
 
 
 class TorchStore(HostRows, VectorStore):
