@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
+import numpy as np
 import torch
 
 from densehybrid.encoder.errors import DeviceError
@@ -40,3 +41,18 @@ def autocast(device: torch.device, *, cache_enabled: bool = True) -> contextlib.
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.float16, cache_enabled=cache_enabled)
     return contextlib.nullcontext()
+
+
+def to_host(*tensors: torch.Tensor | None) -> list[np.ndarray | None]:
+    """Tensors -> numpy arrays (floating ones as float32; None stays None). From a GPU, every copy is queued
+    into pinned memory before one wait, where each ``.cpu()`` would wait for the device on its own."""
+    copies = []
+    for tensor in tensors:
+        if tensor is not None and tensor.is_floating_point():
+            tensor = tensor.float()
+        if tensor is not None and tensor.is_cuda:
+            tensor = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor, non_blocking=True)
+        copies.append(tensor)
+    for device in {tensor.device for tensor in tensors if tensor is not None and tensor.is_cuda}:
+        torch.cuda.current_stream(device).synchronize()
+    return [None if copy is None else copy.numpy() for copy in copies]

@@ -57,12 +57,13 @@ def test_ties_are_ordered_by_row():
 
 
 @pytest.mark.parametrize("gated", [0, 24])
-def test_rerank_equals_the_cpu_gip(gated):
+@pytest.mark.parametrize("devices", [["cpu"], ["cpu", "cpu"]])  # one device: only the top k + 1 leave it
+def test_rerank_equals_the_cpu_gip(gated, devices):
     values, gates = random_rows(500, gated + 8, gated, seed=5, dtype=np.float16)
     xq, gq = random_rows(4, gated + 8, gated, seed=6, dtype=np.float32)
     rows = np.random.default_rng(7).choice(500, (4, 120), replace=True).astype(np.int64)
     rows[1, 100:] = -1  # padding from a short first stage
-    index = TorchFlatIndex(values, gates, ["cpu", "cpu"], chunk_rows=64)
+    index = TorchFlatIndex(values, gates, devices, chunk_rows=64)
     got_scores, got_rows = index.rerank(xq, gq, rows, 30)
     want_scores, want_rows = gip.rerank(xq, gq, values, gates, rows, 30)
     np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-5)
@@ -71,6 +72,18 @@ def test_rerank_equals_the_cpu_gip(gated):
         ok = got_rows[q] >= 0
         np.testing.assert_allclose(got_scores[q][ok], reference[q, got_rows[q][ok]], rtol=1e-5, atol=1e-5)
     assert (got_rows[1] >= 0).sum() == 30
+
+
+@pytest.mark.parametrize("devices", [["cpu"], ["cpu", "cpu"]])
+def test_rerank_keeps_the_lowest_rows_of_a_run_tied_at_the_cut(devices):
+    values = np.ones((300, 6), dtype=np.float16)
+    values[:40] = 2.0  # 40 rows beat the rest; the other 260 tie
+    candidates = np.array([[299, 7, 250, 3, 120, 45, 44, 298, 60, 41, -1, 200]], dtype=np.int64)
+    scores, rows = TorchFlatIndex(values, None, devices).rerank(np.ones((1, 6), np.float32), None, candidates, 5)
+    assert rows.tolist() == [[3, 7, 41, 44, 45]]  # the two that score 12, then the lowest of those tied at 6
+    assert scores.tolist() == [[12.0, 12.0, 6.0, 6.0, 6.0]]
+    _, few = TorchFlatIndex(values, None, devices).rerank(np.ones((1, 6), np.float32), None, candidates[:, 9:], 5)
+    assert few.tolist() == [[41, 200, -1]]  # fewer candidates than k: the padding stays last, as -1
 
 
 @pytest.mark.parametrize("kind", ["cls", "dhr", "fusion"])

@@ -10,7 +10,7 @@ from densehybrid.index.search import fusion, gip
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.writes.live import LiveIndex
-from densehybrid.index.search.searcher import Searcher, SearchError
+from densehybrid.index.search.searcher import TIE_PROBE, Searcher, SearchError
 from densehybrid.index.search.params import SearchParams
 from test_gip import numpy_gip
 
@@ -154,8 +154,8 @@ def test_the_first_stage_fetches_at_least_offset_plus_k(tmp_path):
 
 
 def test_a_tie_run_across_the_cut_is_read_whole(tmp_path):
-    # the engine is asked one row past the cut; when that row ties, the whole run is read and the lowest
-    # rows of it are kept, whatever the engine's own choice within the run
+    # the engine is asked TIE_PROBE rows past the cut; when the run at the cut lasts through them, the whole
+    # run is read and the lowest rows of it are kept, whatever the engine's own choice within the run
     index = tied_index(tmp_path, "cls", n=200, distinct=4)
     queries = tied_queries(index, q=2)
     searcher = Searcher(index, engine="torch")
@@ -178,7 +178,7 @@ def test_a_tie_run_across_the_cut_is_read_whole(tmp_path):
     got = searcher.search(queries, SearchParams(k=10))
     scores = queries.values.astype(np.float64) @ index.values.astype(np.float64).T
     np.testing.assert_array_equal(np.array(got.rows), canonical(scores)[:, :10])
-    assert depths == [11, index.count]  # the probe found a tie at the cut and read on
+    assert depths == [10 + TIE_PROBE, index.count]  # the probe found a long tie at the cut and read on
 
 
 def test_live_writes_page_with_base_rows_before_equal_added_rows(tmp_path):

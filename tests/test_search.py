@@ -181,3 +181,23 @@ def test_single_thread_setting_stays_in_the_calling_thread():
 def test_pq_with_too_few_passages_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="at least 256 passages"):
         make_index(tmp_path, "cls", n=100, dense=16, pq=faiss_engine.PQConfig(m=4, nbits=8))
+
+
+@pytest.mark.parametrize("run,scans", [(6, 1), (40, 2)])  # a run through the cut that ends within the probe, one past it
+def test_a_ranked_first_stage_keeps_the_lowest_rows_of_a_run_tied_at_the_cut(tmp_path, monkeypatch, run, scans):
+    rng = np.random.default_rng(run)
+    values = np.zeros((500, 4), dtype=np.float32)
+    values[:, 0] = rng.uniform(0.0, 1.0, 500)  # distinct scores below the run
+    tied = np.sort(rng.choice(np.arange(5, 500), run, replace=False))
+    values[tied, 0] = 5.0
+    values[:5, 0] = 10.0  # five rows above the run
+    spec = EncoderSpec(kind="cls", dim=4, gated_dim=0, lam=1.0, vocab_size=30522, model_id="random", weights_hash="r")
+    docs = [Document(f"doc{i}", "", f"text {i}") for i in range(500)]
+    index = load_index(build.build_from_arrays(tmp_path / "tied", spec, Encoded(values, None), docs))
+    searcher = Searcher(index)
+    calls = []
+    first_stage = searcher._first_stage
+    monkeypatch.setattr(searcher, "_first_stage", lambda *a, **kw: calls.append(a[3]) or first_stage(*a, **kw))
+    found = searcher.search(Encoded(np.array([[1.0, 0, 0, 0]], np.float32), None), SearchParams(k=8, rerank=False))
+    assert found.rows == [[0, 1, 2, 3, 4, *tied[:3].tolist()]]
+    assert len(calls) == scans  # a short run is read whole by the first scan

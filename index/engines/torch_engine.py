@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from densehybrid.encoder.device import to_host
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.gip import sort_by_score
 from densehybrid.index.search.vector_store import VectorStore
-from densehybrid.index.engines.torch_topk import order_by_score, top_k
 
 DEFAULT_CHUNK_ROWS = 1 << 20  # 1M rows x 896 fp16 values = 1.8 GB per allocation
 _RERANK_BLOCK = 16_384  # candidate rows gathered per scoring step
@@ -83,14 +83,13 @@ class TorchFlatIndex:
         k' = min(k, N), sorted by score descending, ties by row ascending. ``mask`` (N,) bool keeps
         only those rows: the others score -inf on the device, before the top-k, and come back as -1."""
         k = min(k, self.count)
-        found = [self._device_search(device, chunks, xq, k, mask) for device, chunks in zip(self.devices, self.shards)
-                 if chunks]
-        if len(found) == 1:  # ordered on the device: only the k best cross to the host
-            scores, rows = _to_host(*order_by_score(*found[0], k))
-        else:
-            scores = torch.cat([part_scores.float().cpu() for part_scores, _ in found], 1).numpy()
-            rows = torch.cat([part_rows.cpu() for _, part_rows in found], 1).numpy()
-            scores, rows = sort_by_score(scores, rows, k)
+        # each device's top k crosses to the host in one wait; the host orders them (on an H200, sorting
+        # 1,000 rows on the device took longer than the copy and a numpy sort)
+        found = [to_host(*self._device_search(device, chunks, xq, k, mask))
+                 for device, chunks in zip(self.devices, self.shards) if chunks]
+        scores = np.concatenate([part_scores for part_scores, _ in found], 1)
+        rows = np.concatenate([part_rows for _, part_rows in found], 1)
+        scores, rows = sort_by_score(scores, rows, k)
         if mask is not None:
             rows = np.where(np.isneginf(scores), -1, rows)
         return scores, rows
@@ -101,19 +100,20 @@ class TorchFlatIndex:
         q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device, self.dtype)
         scores, rows = [], []
         for chunk in chunks:
-            # the top-k reads the scores in the storage dtype (the matmul's own output: float16 on a GPU)
+            # the top-k reads the scores in the storage dtype (the matmul's own output: float16 on a GPU),
+            # which the H200 measured at 0.13 ms for 1,000 of a million against 0.17 ms in float32
             chunk_scores = q @ chunk.values.T
             if mask is not None:
                 kept = torch.from_numpy(np.array(mask[chunk.start:chunk.start + chunk.values.shape[0]]))
                 chunk_scores.masked_fill_(~kept.to(device), float("-inf"))
-            best, columns = top_k(chunk_scores, min(k, chunk_scores.shape[1]))
-            scores.append(best)
-            rows.append(columns + chunk.start)
+            top = torch.topk(chunk_scores, min(k, chunk_scores.shape[1]), dim=1, sorted=False)
+            scores.append(top.values)
+            rows.append(top.indices + chunk.start)
         if len(chunks) == 1:
             return scores[0], rows[0]
         merged, merged_rows = torch.cat(scores, 1), torch.cat(rows, 1)
-        best, columns = top_k(merged, min(k, merged.shape[1]))
-        return best, merged_rows.gather(1, columns)
+        top = torch.topk(merged, min(k, merged.shape[1]), dim=1, sorted=False)
+        return top.values, merged_rows.gather(1, top.indices)
 
     @torch.inference_mode()
     def rerank(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,12 +122,17 @@ class TorchFlatIndex:
         xq (Q, dim) float32 (λ-scaled), gq (Q, G) uint8 or None, rows (Q, K) int64 (-1 = none)
         -> (scores, rows) (Q, min(k, K)).
         """
-        if len(self.devices) == 1:  # scored and ordered where the rows live: only the k best come back
-            device = self.devices[0]
-            scores = self._device_scores(device, self.shards[0], xq, gq, rows, split=False)[0]
-            wanted = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
-            return _to_host(*order_by_score(scores, wanted, k))
-        return sort_by_score(self.score_rows(xq, gq, rows)[0], rows, k)
+        if len(self.devices) > 1:
+            return sort_by_score(self.score_rows(xq, gq, rows)[0], rows, k)
+        # scored where the rows live, and only the best k + 1 come back: the one past the cut shows a run
+        # of equal scores through the cut, the one case where every score is needed to pick the lowest rows
+        scores = self._device_scores(self.devices[0], self.shards[0], xq, gq, rows, split=False)[0]
+        kept = min(k, rows.shape[1])
+        probe = min(kept + 1, rows.shape[1])
+        best, columns = to_host(*torch.topk(scores, probe, dim=1))
+        if probe > kept and kept and (np.isfinite(best[:, kept - 1]) & (best[:, kept] == best[:, kept - 1])).any():
+            return sort_by_score(scores.cpu().numpy(), rows, k)
+        return sort_by_score(best[:, :kept], np.take_along_axis(rows, columns[:, :kept], 1), k)
 
     @torch.inference_mode()
     def score_rows(self, xq: np.ndarray, gq: np.ndarray | None, rows: np.ndarray, *,
@@ -146,44 +151,34 @@ class TorchFlatIndex:
     def _device_scores(self, device: torch.device, chunks: list[_Chunk], xq: np.ndarray, gq: np.ndarray | None,
                        rows: np.ndarray, *, split: bool) -> torch.Tensor:
         """Exact GIP of the candidates held in ``chunks`` -> (1 or 2, Q, K) float32 on ``device``; -inf elsewhere."""
-        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device)
+        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device).unsqueeze(2)  # (Q, dim, 1)
         g = None if gq is None or not self.gated_dim else torch.from_numpy(np.ascontiguousarray(gq)).to(device)
         wanted = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
         out = torch.full((2 if split else 1, *rows.shape), float("-inf"), device=device)
         per_step = max(1, _RERANK_BLOCK // max(1, rows.shape[1]))  # queries whose candidates one step gathers
+        gated = self.gated_dim
         for chunk in chunks:
             local = wanted - chunk.start
             inside = (local >= 0) & (local < chunk.values.shape[0])
-            local = torch.where(inside, local, 0)
+            local.clamp_(0, chunk.values.shape[0] - 1)
             for s in range(0, rows.shape[0], per_step):
                 block = slice(s, s + per_step)
-                product = self._product(q[block], None if g is None else g[block], chunk, local[block])
-                parts = (product[..., :self.gated_dim].sum(2), product[..., self.gated_dim:].sum(2)) if split \
-                    else (product.sum(2),)
+                found = self._gated_rows(g, chunk, local[block], block)  # (B, K, dim) float32
+                parts = (found[..., :gated] @ q[block, :gated], found[..., gated:] @ q[block, gated:]) if split \
+                    else (found @ q[block],)
                 for i, part in enumerate(parts):
-                    out[i, block] = torch.where(inside[block], part, out[i, block])
+                    out[i, block] = torch.where(inside[block], part.squeeze(2), out[i, block])
         return out
 
-    def _product(self, q: torch.Tensor, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor) -> torch.Tensor:
-        """Gated elementwise products of each query q[i] with its candidate rows local[i] (B, K) -> (B, K, dim) float32."""
+    def _gated_rows(self, g: torch.Tensor | None, chunk: _Chunk, local: torch.Tensor, block: slice) -> torch.Tensor:
+        """The candidate rows local (B, K) in float32 (B, K, dim), their gated dims zeroed where the row's gate
+        differs from the query's: a product with the query is then their exact GIP."""
         flat = local.reshape(-1)
-        product = chunk.values.index_select(0, flat).float().view(*local.shape, self.dim) * q.unsqueeze(1)
+        found = chunk.values.index_select(0, flat).float().view(*local.shape, self.dim)
         if g is not None and chunk.gates is not None:
-            same_gate = chunk.gates.index_select(0, flat).view(*local.shape, self.gated_dim) == g.unsqueeze(1)
-            product[..., :self.gated_dim] *= same_gate
-        return product
-
-
-def _to_host(scores: torch.Tensor, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Device results -> numpy (float32 scores, int64 rows), both copies queued before one wait."""
-    if scores.device.type != "cuda":
-        return scores.float().numpy(), rows.numpy()
-    host_scores = torch.empty(scores.shape, dtype=torch.float32, pin_memory=True)
-    host_rows = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
-    host_scores.copy_(scores.float(), non_blocking=True)
-    host_rows.copy_(rows, non_blocking=True)
-    torch.cuda.current_stream(scores.device).synchronize()
-    return host_scores.numpy(), host_rows.numpy()
+            same_gate = chunk.gates.index_select(0, flat).view(*local.shape, self.gated_dim) == g[block].unsqueeze(1)
+            found[..., :self.gated_dim] *= same_gate
+        return found
 
 
 class TorchStore(HostRows, VectorStore):

@@ -37,6 +37,7 @@ FIRST_STAGES: tuple[str, ...] = ("ip", "approx_gip")
 MAX_CANDIDATES = 10_000
 # a run of equal first-stage scores across the cut is read in full up to this depth (see _ranked_first_stage)
 MAX_TIE_DEPTH = MAX_CANDIDATES
+TIE_PROBE = 16  # rows read past the cut of a ranked first stage, to see where a run of equal scores ends
 
 
 def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
@@ -91,6 +92,12 @@ def _above_the_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> np.ndarr
 def _tied_at_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> bool:
     """Whether some query's sorted top list (Q, > depth) has the row after the cut tied with the last one kept."""
     return bool(((rows[:, depth] >= 0) & (scores[:, depth] == scores[:, depth - 1])).any())
+
+
+def _run_reaches_the_end(scores: np.ndarray, rows: np.ndarray, depth: int) -> bool:
+    """Whether some query's run of scores equal to its last kept one (at ``depth - 1``) lasts to the end of
+    its list, so that rows past the list may belong to it too."""
+    return bool(((rows[:, -1] >= 0) & (scores[:, -1] == scores[:, depth - 1])).any())
 
 
 class Searcher:
@@ -165,13 +172,14 @@ class Searcher:
         Which rows of a run of equal scores make the cut is each engine's choice (Faiss, torch and
         Milvus differ, and so does one engine asked for different depths), which would show when the
         first stage is the ranking: a page of ``offset + k`` would not continue the page before it.
-        One row past the cut shows whether the cut runs through such a run; then the run is read
-        whole (up to ``MAX_TIE_DEPTH`` rows) and the lowest rows of it are kept.
+        ``TIE_PROBE`` rows past the cut show whether the cut runs through such a run and whether the run
+        ends before them (float16 scores on a GPU tie often, in short runs); only a longer run is read
+        again, whole (up to ``MAX_TIE_DEPTH`` rows). The lowest rows of the run are kept.
         """
         n = self.index.count if selection is None else selection.count
-        probe = min(n, depth + 1)
+        probe = min(n, depth + TIE_PROBE)
         scores, rows = self._first_stage(xq, gq, params, probe, selection)
-        if probe > depth and _tied_at_cut(scores, rows, depth):
+        if probe > depth and _tied_at_cut(scores, rows, depth) and _run_reaches_the_end(scores, rows, depth):
             wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
             if wider > probe:
                 scores, rows = self._first_stage(xq, gq, params, wider, selection)
