@@ -163,3 +163,24 @@ def test_serve_with_a_cuda_search_device_on_a_cpu_machine_stops_with_one_sentenc
     index = make_index(tmp_path, "cls", n=30)
     with pytest.raises(StartupError, match="search device 'cuda' requested but torch sees no CUDA device"):
         load_components(ServiceSettings(index=index.path, search_device="cuda"))
+
+
+@pytest.mark.gpu
+def test_gpu_graphed_first_stage_equals_the_eager_one(monkeypatch):
+    from densehybrid.index.engines import torch_graphs
+
+    monkeypatch.setattr(torch_graphs, "MAX_GRAPHS", 2)
+    index = TorchFlatIndex(distinct_rows(200_000, 64, seed=10), None, search_devices("cuda")[:1], dtype=torch.float16)
+    graphed = index.shards[0][0].graphed
+    for k in (11, 1000, 11, 50):  # a shape seen before replays its graph; a third shape evicts the oldest
+        for seed in (1, 2):  # a replay reads the new query, not the captured one
+            xq = distinct_rows(1, 64, seed=seed + k)
+            replayed = index.search(xq, k)
+            monkeypatch.setattr(graphed, "enabled", False)
+            eager = index.search(xq, k)
+            monkeypatch.setattr(graphed, "enabled", True)
+            np.testing.assert_array_equal(replayed[0], eager[0])
+            above = eager[0] > eager[0][:, -1:]  # which rows of a float16 tie at the cut are kept may differ
+            np.testing.assert_array_equal(replayed[1][above], eager[1][above])
+    assert list(graphed._graphs) == [(1, 11), (1, 50)]
+    assert graphed.fits(1, 10) and not graphed.fits(2, 10)  # batches run eagerly

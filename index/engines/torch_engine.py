@@ -26,6 +26,7 @@ import torch
 
 from densehybrid.encoder.device import to_host
 from densehybrid.index.engines.host import HostRows
+from densehybrid.index.engines.torch_graphs import GraphedTopK
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.gip import sort_by_score
 from densehybrid.index.search.vector_store import VectorStore
@@ -39,6 +40,7 @@ class _Chunk:
     start: int  # global number of the first row
     values: torch.Tensor  # (rows, dim) in the storage dtype
     gates: torch.Tensor | None  # (rows, G) uint8
+    graphed: GraphedTopK  # the batch-1 first stage replayed from CUDA graphs (off on a CPU)
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -74,7 +76,7 @@ class TorchFlatIndex:
                 # copies: the index files are read-only memory maps
                 chunk_values = torch.from_numpy(np.array(values[start:stop])).to(device, dtype)
                 chunk_gates = None if gates is None else torch.from_numpy(np.array(gates[start:stop])).to(device)
-                chunks.append(_Chunk(start, chunk_values, chunk_gates))
+                chunks.append(_Chunk(start, chunk_values, chunk_gates, GraphedTopK(chunk_values)))
             self.shards.append(chunks)
 
     @torch.inference_mode()
@@ -85,13 +87,25 @@ class TorchFlatIndex:
         k = min(k, self.count)
         # each device's top k crosses to the host in one wait; the host orders them (on an H200, sorting
         # 1,000 rows on the device took longer than the copy and a numpy sort)
-        found = [to_host(*self._device_search(device, chunks, xq, k, mask))
-                 for device, chunks in zip(self.devices, self.shards) if chunks]
+        found = [self._search_on(device, chunks, xq, k, mask) for device, chunks in zip(self.devices, self.shards)
+                 if chunks]
         scores = np.concatenate([part_scores for part_scores, _ in found], 1)
         rows = np.concatenate([part_rows for _, part_rows in found], 1)
         scores, rows = sort_by_score(scores, rows, k)
         if mask is not None:
             rows = np.where(np.isneginf(scores), -1, rows)
+        return scores, rows
+
+    def _search_on(self, device: torch.device, chunks: list[_Chunk], xq: np.ndarray, k: int,
+                   mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """One device's top ``k`` (unordered) -> (scores float32, global rows) on the host."""
+        depth = min(k, chunks[0].values.shape[0])
+        if mask is None and len(chunks) == 1 and chunks[0].graphed.fits(len(xq), depth):
+            q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device, self.dtype)
+            replayed = chunks[0].graphed(q, depth)
+            if replayed is not None:
+                return replayed[0], replayed[1] + chunks[0].start
+        scores, rows = to_host(*self._device_search(device, chunks, xq, k, mask))
         return scores, rows
 
     def _device_search(self, device: torch.device, chunks: list[_Chunk], xq: np.ndarray, k: int,
