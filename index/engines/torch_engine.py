@@ -172,9 +172,12 @@ class TorchFlatIndex:
         per_step = max(1, _RERANK_BLOCK // max(1, rows.shape[1]))  # queries whose candidates one step gathers
         gated = self.gated_dim
         for chunk in chunks:
-            local = wanted - chunk.start
-            inside = (local >= 0) & (local < chunk.values.shape[0])
-            local.clamp_(0, chunk.values.shape[0] - 1)
+            if chunk.values.shape[0] == self.count:  # holds every row: only the padding (-1) is outside
+                inside, local = wanted >= 0, wanted.clamp(min=0)
+            else:
+                local = wanted - chunk.start
+                inside = (local >= 0) & (local < chunk.values.shape[0])
+                local.clamp_(0, chunk.values.shape[0] - 1)
             for s in range(0, rows.shape[0], per_step):
                 block = slice(s, s + per_step)
                 found = self._gated_rows(g, chunk, local[block], block)  # (B, K, dim) float32
