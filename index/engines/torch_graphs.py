@@ -2,11 +2,11 @@
 
 On an H200, a million float16 rows and k = 1,000 took 0.68 ms when launched op by op and 0.44 ms
 replayed from a graph: ``torch.topk`` of a long row runs several kernels with host work between
-them, which a graph replays back to back. One graph per (queries, k) shape, kept for the most
-recent ``MAX_GRAPHS`` shapes (each holds its score buffer). Only single queries replay: a batch
-(several queries at once, under load) runs eagerly, and so does its first capture never overlap
-the encoder's work in another thread. A capture that fails turns the graphs off, with a warning,
-and the search runs eagerly.
+them, which a graph replays back to back. One graph per k, captured at its first use and kept for
+the ``MAX_GRAPHS`` most recent; each holds a score buffer of one row per index row, so only single
+queries replay (a batch, under load, runs op by op). A capture runs in the thread-local capture
+mode, as the encoder's do, so the encoder's work in its own thread does not break it; a capture
+that fails anyway turns the graphs off, with a warning, and the search runs op by op.
 """
 
 from __future__ import annotations
