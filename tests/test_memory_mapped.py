@@ -3,7 +3,7 @@
 So an index larger than the memory the server may use still opens and serves, pages coming from disk.
 The first test shows the mechanism anywhere on Linux (the scan grows file-backed pages, not anonymous
 memory); the second runs a search under a cgroup memory limit smaller than the index, where the test
-may create a cgroup v2 child of its own (it skips elsewhere, e.g. where a v1 memory controller is in use).
+creates a child of its own memory cgroup (a v1 memory controller or cgroup v2; it skips where it may not).
 """
 
 import json
@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
@@ -83,30 +84,51 @@ def test_a_full_scan_reads_file_pages_not_process_memory(tmp_path):
     assert seen["rows"] == seen["want"]
 
 
-def _own_cgroup_v2() -> Path | None:
+@dataclass(frozen=True)
+class _MemoryFiles:
+    """The files of a memory cgroup, by cgroup version: the limit, its swap companion and the peak."""
+
+    limit: str
+    swap: str
+    peak: str
+
+
+_V1 = _MemoryFiles("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max_usage_in_bytes")
+_V2 = _MemoryFiles("memory.max", "memory.swap.max", "memory.peak")
+
+
+def _own_memory_cgroup() -> tuple[Path, _MemoryFiles] | None:
+    """This process's memory cgroup, where it may make a child: a v1 memory controller or a pure cgroup v2."""
     lines = Path("/proc/self/cgroup").read_text().splitlines()
-    if lines != [line for line in lines if line.startswith("0::")]:
-        return None  # v1 controllers in use: the memory limit is not ours to set there
-    group = Path("/sys/fs/cgroup") / lines[0][3:].lstrip("/")
-    controllers = (group / "cgroup.controllers").read_text().split() if (group / "cgroup.controllers").exists() else []
-    return group if "memory" in controllers and os.access(group, os.W_OK) else None
+    v1 = [line.split(":", 2)[2] for line in lines if line.split(":")[1] == "memory"]
+    if v1:
+        group, files = Path("/sys/fs/cgroup/memory") / v1[0].lstrip("/"), _V1
+    elif lines and all(line.startswith("0::") for line in lines):
+        group, files = Path("/sys/fs/cgroup") / lines[0][3:].lstrip("/"), _V2
+        controllers = group / "cgroup.controllers"
+        if not controllers.exists() or "memory" not in controllers.read_text().split():
+            return None
+    else:
+        return None
+    return (group, files) if (group / files.limit).exists() and os.access(group, os.W_OK) else None
 
 
 def test_an_index_larger_than_the_memory_limit_serves(tmp_path):
-    group = _own_cgroup_v2()
-    if group is None:
-        pytest.skip("no writable cgroup v2 with the memory controller for this process")
+    found = _own_memory_cgroup()
+    if found is None:
+        pytest.skip("no memory cgroup (v1 controller or v2) where this process may make a child")
+    group, files = found
     index_dir = _large_index(tmp_path, count=1_200_000, dim=384)  # 922 MB of float16 vectors
     child = group / f"densehybrid-test-{os.getpid()}"
     child.mkdir()
     try:
         # the child's own memory (interpreter, numpy, faiss: ~200 MB) fits; the vectors do not, beside it
-        (child / "memory.max").write_text(str(LIMIT))
-        if (child / "memory.swap.max").exists():
-            (child / "memory.swap.max").write_text("0")
+        (child / files.limit).write_text(str(LIMIT))
+        if (child / files.swap).exists():  # no swap beyond the limit (v1 counts memory + swap, v2 swap alone)
+            (child / files.swap).write_text(str(LIMIT) if files is _V1 else "0")
         seen = _run_child(index_dir, "no-brute-force",
                           preexec=lambda: (child / "cgroup.procs").write_text(str(os.getpid())))
         assert len(seen["rows"]) == 10
-        assert int((child / "memory.peak").read_text()) <= LIMIT if (child / "memory.peak").exists() else True
+        assert int((child / files.peak).read_text()) <= LIMIT if (child / files.peak).exists() else True
     finally:
         child.rmdir()
