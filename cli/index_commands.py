@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 console = Console()
 index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
+MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 SEARCH_DEVICE_HELP = "first stage + rerank: auto (a GPU when present), cpu (Faiss), cuda, cuda:N"
 _KNOWN_ERRORS = (IndexAccessError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
 
@@ -110,7 +111,9 @@ def index_build(
                                     precision=encoder.precision)
         start = time.perf_counter()
         if ray:
-            _ray_build(model, encoder, corpus, out, options, RayOptions(ray, ray_batch_size))
+            with RayShardEncoder(model, encoder.config, encoder.device, batch_size,
+                                 RayOptions(ray, ray_batch_size)) as encode_shard:
+                build_index(model, corpus, out, options, encode_shard=encode_shard, engine=encode_shard.record())
         else:
             build_index(model, corpus, out, options)
         seconds = time.perf_counter() - start
@@ -120,12 +123,6 @@ def index_build(
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})"
                   + (f", fusion auto: {mix}" if (mix := commands.chosen_mix(index)) else ""))
-
-
-def _ray_build(model, encoder: EncoderOptions, corpus: Path, out: Path, options: BuildOptions,
-               ray_options: RayOptions) -> None:
-    with RayShardEncoder(model, encoder.config, encoder.device, options.batch_size, ray_options) as encode_shard:
-        build_index(model, corpus, out, options, encode_shard=encode_shard, engine=encode_shard.record())
 
 
 def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Optional[str]):
@@ -139,15 +136,6 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
     if index_dir is None:
         fail("--index DIR (or --milvus-uri URI --collection NAME) is required")
     return load_index(index_dir)
-
-
-def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Optional[str] = None,
-          collection: Optional[str] = None):
-    index = _open(index_dir, milvus_uri, collection)
-    return index, commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
-
-
-MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 
 
 def _parse_filter(text: str, field_types: dict[str, str]):
@@ -181,7 +169,8 @@ def search(
     The model is the one the index records unless --model is given (it must match the index).
     """
     try:
-        index, model = _load(index_dir, encoder, milvus_uri, collection)
+        index = _open(index_dir, milvus_uri, collection)
+        model = commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
         params = SearchParams(k=k, first_stage=first_stage, candidates=candidates, theta=theta, rerank=not no_rerank,
                               lam=encoder.fixed_lambda("search"), method=fusion,
                               filter=None if filter_json is None else _parse_filter(filter_json, index.field_types))
