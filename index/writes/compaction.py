@@ -139,16 +139,12 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
 
 def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> Path:
     """Fold the changes of log segments up to ``through_segment`` into the index at ``path``."""
-    from densehybrid.index.writes.delta import Delta, apply
+    from densehybrid.index.writes.delta import replayed
     from densehybrid.index.writes.wal import iter_changes
 
     base = files.load_index(path)
     already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
-    delta = Delta()
-    for change in iter_changes(log_dir, through_segment):
-        if change.seq > already:
-            delta = apply(delta, base, change, replaying=True)
-    return fold(base, delta, path, applied_seq)
+    return fold(base, replayed(base, iter_changes(log_dir, through_segment), already), path, applied_seq)
 
 
 def _exit_with_server(parent_pid: int, every_s: float = 0.2) -> None:
