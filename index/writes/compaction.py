@@ -67,18 +67,6 @@ def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray |
         yield added
 
 
-def _write_gates(path: Path, parts, count: int, gated_dim: int) -> None:
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(count, gated_dim))
-    at = 0
-    for part in parts:
-        out[at:at + len(part)] = part
-        at += len(part)
-    if at != count:
-        raise errors.IndexWriteError(f"{path}: {at} rows of gates, expected {count}")
-    out.flush()
-    del out
-
-
 def _kept_ids(doc_ids, runs: list[tuple[int, int]]) -> list[str]:
     out: list[str] = []
     for start, stop in runs:
@@ -119,7 +107,7 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
                                                 dim=spec.dim, values_dtype=values_dtype,
                                                 pq=_pq_config(base.manifest["first_stage"]), ann=ann)
     if spec.gated_dim:
-        _write_gates(staged / files.GATES, _blocks(base.gates, runs, gates), count, spec.gated_dim)
+        shards.write_rows(staged / files.GATES, _blocks(base.gates, runs, gates), (count, spec.gated_dim), np.uint8)
     files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs) + [d.id for d in written])
     write_docs_folded(staged, base.docs.path, dropped, written)
     schema = base.field_types
