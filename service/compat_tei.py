@@ -124,11 +124,13 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
             "decode": DecodeRequest}
 
 
-def _timing_headers(request: Request, response: Response) -> None:
+def _with_timing(request: Request, response: Response, answer: list) -> list:
+    """``answer``, with TEI's timing headers set from the request's stage times."""
     timing = getattr(request.state, "timing", None) or {}
     for header, stage in TIMING_HEADERS.items():
         if stage in timing:
             response.headers[header] = f"{timing[stage]:g}"
+    return answer
 
 
 def build_router(runtime: Runtime) -> APIRouter:
@@ -140,30 +142,22 @@ def build_router(runtime: Runtime) -> APIRouter:
     @router.post("/embed", response_model=list[list[float]])
     async def embed(request: Request, response: Response, body: EmbedRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's embed: one vector per input (a list of lists even for one text)."""
-        vectors = await embed_inputs(runtime, request, body.inputs, body)
-        _timing_headers(request, response)
-        return vectors
+        return _with_timing(request, response, await embed_inputs(runtime, request, body.inputs, body))
 
     @router.post("/embed_sparse", response_model=list[list[SparseValue]])
     async def embed_sparse(request: Request, response: Response, body: models["sparse"] = Body()) -> list:  # type: ignore[valid-type]
         """TEI's embed_sparse: each text's lexical vector over the vocabulary, its non-zero entries."""
-        vectors = await sparse_inputs(runtime, request, body)
-        _timing_headers(request, response)
-        return vectors
+        return _with_timing(request, response, await sparse_inputs(runtime, request, body))
 
     @router.post("/rerank", response_model=list[RerankHit], response_model_exclude_none=True)
     async def rerank(request: Request, response: Response, body: RerankRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's rerank: the texts' scores for the query, best first."""
-        hits = await rerank_texts(runtime, request, body)
-        _timing_headers(request, response)
-        return hits
+        return _with_timing(request, response, await rerank_texts(runtime, request, body))
 
     @router.post("/", response_model=list[list[float]] | list[float])
     async def generic(request: Request, response: Response, body: GenericRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's generic route: embeddings of ``inputs``, or similarities for a source sentence."""
-        answer = await generic_inputs(runtime, request, body, models)
-        _timing_headers(request, response)
-        return answer
+        return _with_timing(request, response, await generic_inputs(runtime, request, body, models))
 
     @router.post("/tokenize", response_model=list[list[SimpleToken]])
     async def tokenize(body: models["tokenize"] = Body()) -> list:  # type: ignore[valid-type]
