@@ -30,7 +30,7 @@ from densehybrid.service import handlers
 from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, RequestBody, Role,
+from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, Role, StrictBody,
                                          Text, json_number, passage_prompt_rule, prompt_name_type)
 
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
@@ -57,16 +57,12 @@ class RerankHit(BaseModel):
     text: str | None = None
 
 
-class _TeiRequest(RequestBody):
-    model_config = ConfigDict(extra="forbid")
-
-
 def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int | None = None) -> dict[str, type[BaseModel]]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
     TokenId = Annotated[int, Field(ge=0, lt=vocab_size), BeforeValidator(json_number)]  # constraint first: it reaches the schema
     PromptName = prompt_name_type(list(prompts.prompts))
 
-    class InputOptions(_TeiRequest):
+    class InputOptions(StrictBody):
         model_config = ConfigDict(extra="forbid", json_schema_extra=passage_prompt_rule(prompts, "input_type"))
         truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
         truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
@@ -84,7 +80,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         model_config = ConfigDict(extra="forbid", title="TeiEmbedSparseRequest")
         inputs: Text | Texts
 
-    class RerankRequest(_TeiRequest):
+    class RerankRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="TeiRerankRequest")
         query: Text
         texts: Texts
@@ -93,7 +89,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
         truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
 
-    class SimilarityInputs(_TeiRequest):
+    class SimilarityInputs(StrictBody):
         source_sentence: Text
         sentences: Texts
 
@@ -104,7 +100,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         inputs: Text | Texts | SimilarityInputs
         parameters: EmbedOptions | None = Field(None, description="options of /embed, e.g. normalize")
 
-    class TokenizeRequest(_TeiRequest):
+    class TokenizeRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="TeiTokenizeRequest", json_schema_extra={
             "examples": [{"inputs": "what is a dense retriever"},
                          {"inputs": ["sort a list", "open a file"], "add_special_tokens": False}]})
@@ -112,7 +108,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         add_special_tokens: JsonBool = Field(True, description="include [CLS]/[SEP] as the encoder sees them")
         prompt_name: PromptName = Field(None, description="a served prompt to put first (GET /info lists them)")
 
-    class DecodeRequest(_TeiRequest):
+    class DecodeRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="TeiDecodeRequest",
                                   json_schema_extra={"examples": [{"ids": [101, 7592, 2088, 102]}]})
         ids: Annotated[list[TokenId], Field(min_length=1)] | Annotated[
