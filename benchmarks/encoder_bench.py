@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from densehybrid.encoder.random_checkpoint import write_random_checkpoint
-from densehybrid.bench.timing import ratio, summarize
+from densehybrid.bench.timing import ratio, round_robin, summarize
 from densehybrid.encoder.base import TokenizedText
 from densehybrid.encoder.encoders import MODEL_KEY
 from densehybrid.encoder.loading import load_encoder
@@ -56,18 +56,16 @@ def _encoder(model_dir: Path, variant: str, backend: str, device: str | None, ca
 
 
 def interleaved(calls: dict[str, object], *, repeats: int, warmup: int = 3) -> dict[str, dict]:
-    """Time several calls round-robin, so drift in the machine's load hits them all alike
-    (their ratios are the output); -> name -> timing dict."""
-    for fn in calls.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
+    """Time several calls round-robin (their ratios are the output); -> name -> timing dict."""
+    def timed(fn):
+        def call(_round: int) -> float:
             start = time.perf_counter()
             fn()
             _device_done()
-            samples[name].append((time.perf_counter() - start) * 1000.0)
+            return (time.perf_counter() - start) * 1000.0
+        return call
+
+    samples = round_robin({name: timed(fn) for name, fn in calls.items()}, repeats, warmup=warmup)
     return {name: summarize(s).to_dict() for name, s in samples.items()}
 
 

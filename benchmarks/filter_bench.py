@@ -13,6 +13,7 @@ Selectivities take turns request by request; ratios are filtered / unfiltered fr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import time
@@ -22,10 +23,11 @@ import httpx
 import numpy as np
 
 from densehybrid.bench.config import PRESETS
-from densehybrid.bench.timing import percentile, ratio
+from densehybrid.bench.timing import percentile, ratio, round_robin
 from densehybrid.index.search.params import SearchParams
 
 SELECTIVITIES = (1.0, 0.1, 0.01, 0.001)
+WARMUP_ROUNDS = 2  # dropped: they warm the caches, and each filter's mask
 QUERIES = ("dense sparse hybrid retrieval", "passage query vector index", "lexical semantic gate model",
            "search rank token weight", "neural network language corpus", "document answer question fast exact")
 
@@ -50,18 +52,6 @@ def filter_for(share: float | None, rows: int) -> dict | None:
     return None if share is None else {"field": "rank", "range": {"lt": int(round(share * rows))}}
 
 
-def _interleaved(shares, rounds: int, call) -> dict:
-    """``call(share, i)`` -> samples, round-robin over the shares (drift on a shared machine hits every share
-    alike); the first two rounds warm up (caches, and each filter's mask) and are dropped."""
-    samples: dict = {share: [] for share in shares}
-    for i in range(rounds + 2):
-        for share in shares:
-            got = call(share, i)
-            if i >= 2:
-                samples[share].append(got)
-    return samples
-
-
 def over_http(url: str, rows: int, requests: int) -> dict:
     """p50 of the whole request and of its search stage (first stage + rerank), per selectivity."""
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -76,7 +66,8 @@ def over_http(url: str, rows: int, requests: int) -> dict:
             timing = answer.json()["timing"]
             return total, timing["search_ms"] + timing["rerank_ms"]
 
-        samples = _interleaved((None, *SELECTIVITIES), requests, call)
+        samples = round_robin({share: functools.partial(call, share) for share in (None, *SELECTIVITIES)}, requests,
+                              warmup=WARMUP_ROUNDS)
     return {"unfiltered" if share is None else share:
             {"p50_ms": percentile([t for t, _ in got], 50), "search_p50_ms": percentile([s for _, s in got], 50)}
             for share, got in samples.items()}
@@ -99,7 +90,7 @@ def in_process(index, encoder, rows: int, repeats: int) -> dict:
             searcher.search(queries[i % len(queries)], SearchParams(k=10, filter=nodes[share]))
             return (time.perf_counter() - started) * 1000
 
-        samples = _interleaved(tuple(nodes), repeats, call)
+        samples = round_robin({share: functools.partial(call, share) for share in nodes}, repeats, warmup=WARMUP_ROUNDS)
         out[engine] = {"unfiltered" if share is None else share: percentile(got, 50) for share, got in samples.items()}
     return out
 

@@ -8,6 +8,7 @@ runs is reported: bandwidth is a capacity, not a typical time.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,13 +29,10 @@ def read_bandwidth(array: np.ndarray, threads: int, repeats: int = 5) -> float:
 
 def available_bytes() -> int:
     """MemAvailable from /proc/meminfo (Linux); a large number elsewhere so sizes are not capped."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return 1 << 62
 
 

@@ -31,9 +31,8 @@ def parity(index_dir: str, queries_path: str, qrels_path: str, uri: str, collect
     export_s = time.perf_counter() - start
     remote = milvus.open_collection(uri, collection)
     encoder = commands.encoder_for_index(index)
-    queries, qrels = evaluate.read_queries(queries_path), evaluate.read_qrels(qrels_path)
-    qids = [q for q in queries if qrels.get(q)]
-    encoded = encoder.encode([queries[q] for q in qids], "query")
+    qids, texts, qrels = evaluate.read_judged(queries_path, qrels_path)
+    encoded = encoder.encode(texts, "query")
     out = {"queries": len(qids), "rows": index.count, "kind": index.spec.kind, "candidates": candidates,
            "export_rows_per_s": round(report.rows / export_s, 1) if report.batches else None}
     found = {}

@@ -1,5 +1,6 @@
 """Vectors in Pyserini's prebuilt Faiss layout: a directory with a Faiss ``IndexFlatIP`` file named ``index``
-and a ``docid`` file holding one id per line, in row order (as ``msmarco-v1-passage.aggretriever-*``)."""
+and a ``docid`` file holding one id per line, in row order (as ``msmarco-v1-passage.aggretriever-*``); the
+import reads it back (``index.building.importing.read_pyserini``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-INDEX, DOCID = "index", "docid"
+from densehybrid.index.building.importing import PYSERINI_DOCID, PYSERINI_INDEX
+
 _ADD_ROWS = 65_536
 
 
@@ -22,16 +24,7 @@ def write_pyserini_dir(directory: str | Path, xb: np.ndarray, doc_ids: Sequence[
     index = faiss.IndexFlatIP(xb.shape[1])
     for s in range(0, len(xb), _ADD_ROWS):
         index.add(np.ascontiguousarray(xb[s:s + _ADD_ROWS], dtype=np.float32))
-    faiss.write_index(index, str(directory / INDEX))
-    (directory / DOCID).write_text("".join(f"{d}\n" for d in doc_ids), encoding="utf-8")
+    faiss.write_index(index, str(directory / PYSERINI_INDEX))
+    (directory / PYSERINI_DOCID).write_text("".join(f"{d}\n" for d in doc_ids), encoding="utf-8")
     return directory
 
-
-def read_pyserini_dir(directory: str | Path) -> tuple[np.ndarray, list[str]]:
-    """(vectors (N, dim) float32, ids) of a Pyserini Faiss directory."""
-    directory = Path(directory)
-    index = faiss.read_index(str(directory / INDEX))
-    ids = (directory / DOCID).read_text(encoding="utf-8").splitlines()
-    if index.ntotal != len(ids):
-        raise ValueError(f"{directory}: {index.ntotal} vectors but {len(ids)} ids")
-    return index.reconstruct_n(0, index.ntotal), ids

@@ -36,13 +36,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
 from densehybrid.bench.encode_peers import densehybrid_request, run_wrk, start_densehybrid, wrk_executable
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
 
 NGINX_CONF = Path(__file__).resolve().parents[1] / "deploy" / "nginx" / "nginx.conf"
 _RATE = re.compile(r"rate=\d+r/s;(\s*# rate limit: rate)")
@@ -84,17 +81,8 @@ def start_nginx(tmp: Path, conf: str, url: str, timeout_s: float = 20.0) -> subp
     (tmp / "nginx.conf").write_text(conf)
     proc = subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", "stderr",
                              "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(url + "/lb-health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise RuntimeError("nginx did not start")
-        time.sleep(0.1)
+    wait_for_process_ready(url, proc, "/lb-health", timeout_s)
+    return proc
 
 
 def _cell(summary: dict) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -31,9 +30,8 @@ QUERIES = ["parse command line arguments", "read a csv file", "send an email mes
 
 
 def start_server(index: Path, port: int, extra: list[str]) -> subprocess.Popen:
-    env = dict(os.environ)
     return subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", "--index", str(index), "--port", str(port),
-                             "--log-level", "WARNING", *extra], env=env)
+                             "--log-level", "WARNING", *extra])
 
 
 async def drive(url: str, route: str, concurrency: int, requests: int) -> np.ndarray:

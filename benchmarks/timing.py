@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,18 @@ def time_calls(fn: Callable[[], object], *, repeats: int, warmup: int = 2) -> Ti
         fn()
         samples.append((time.perf_counter() - start) * 1000.0)
     return summarize(samples)
+
+
+def round_robin(calls: dict[Any, Callable[[int], object]], rounds: int, *, warmup: int) -> dict[Any, list]:
+    """What ``calls[key](i)`` returns in rounds ``i`` after ``warmup`` dropped ones, the keys taking turns
+    within each round, so that drift in a shared machine's load hits every call alike."""
+    samples: dict = {key: [] for key in calls}
+    for i in range(warmup + rounds):
+        for key, call in calls.items():
+            got = call(i)
+            if i >= warmup:
+                samples[key].append(got)
+    return samples
 
 
 def ratio(a: float, b: float) -> float | None:

@@ -14,6 +14,7 @@ runs the same comparison).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -69,15 +70,12 @@ CONSTRAINTS = (("minimum", "≥ {}"), ("exclusiveMinimum", "> {}"), ("maximum", 
 
 
 def _constraints(schema: dict) -> str:
-    found = [template.format(schema[key]) for key, template in CONSTRAINTS if key in schema]
-    for part in schema.get("anyOf", []):
+    found = []
+    for part in (schema, *schema.get("anyOf", [])):
         found += [template.format(part[key]) for key, template in CONSTRAINTS if key in part]
         if part.get("type") == "array":
             found += [template.format(part["items"][key]) + " each" for key, template in CONSTRAINTS
                       if key in part.get("items", {})]
-    if schema.get("type") == "array":
-        found += [template.format(schema["items"][key]) + " each" for key, template in CONSTRAINTS
-                  if key in schema.get("items", {})]
     return ", ".join(found)
 
 
@@ -209,13 +207,7 @@ def render_metrics() -> str:
 # -- the one entry point ---------------------------------------------------------------------------------------
 def pages() -> dict[str, Callable[[], str]]:
     """Relative path under docs/ -> the function producing its text."""
-    document: dict = {}
-
-    def api_document() -> dict:
-        if not document:
-            document.update(openapi_document())
-        return document
-
+    api_document = functools.cache(openapi_document)  # built once for the page and the JSON file
     return {
         "reference/api.md": lambda: render_api(api_document()),
         "reference/openapi.json": lambda: json.dumps(api_document(), indent=2, ensure_ascii=False) + "\n",

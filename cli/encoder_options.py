@@ -6,7 +6,7 @@ and defaults as ``serve``), parsed into one :class:`EncoderOptions`::
     @app.command("build")
     @with_encoder_options
     def build(corpus: Path, encoder: EncoderOptions) -> None:
-        enc = encoder.load()          # == load_encoder(encoder.config, device=encoder.device)
+        enc = encoder.load()
 
 ``None`` means "not given": the index's manifest, the model directory's
 ``densehybrid.json`` or the zoo's defaults decide (``encoder.config``).
@@ -58,13 +58,11 @@ class EncoderOptions:
 
     def load(self) -> "Encoder":
         """Load the encoder these options describe."""
-        from densehybrid.encoder.loading import load_encoder
+        from densehybrid.index.building.commands import load_model
 
         if not self.model:
             raise typer.BadParameter("--model is required (a zoo name, a local directory or a hub id)")
-        precision = self.precision or "fp32"
-        return load_encoder(self.config, device=self.device, precision=precision,
-                            backend="onnx" if precision == "int8" else "torch")
+        return load_model(self.config, self.device, precision=self.precision)
 
     def fixed_lambda(self, command: str) -> float | None:
         """λ for a command that has no corpus to choose it from (search, eval, serve)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NoReturn
 
 import typer
@@ -23,6 +24,15 @@ def sentence(exc: Exception) -> str:
 def print_error(text: str) -> None:
     """Print ``error: <text>`` (Rich markup in it printed as is)."""
     console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
+
+
+def one_of(choices: Sequence[str]):
+    """A typer callback that refuses a value outside ``choices`` (an option left unset passes)."""
+    def check(value: str | None) -> str | None:
+        if value is not None and value not in choices:
+            raise typer.BadParameter(f"one of {', '.join(choices)}")
+        return value
+    return check
 
 
 def fail(message: str | Exception) -> NoReturn:

@@ -11,13 +11,13 @@ writes a Faiss HNSW graph beside the exact rows, searched first and rescored exa
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
+from densehybrid.cli.settings_flags import replace_parameter
 from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import ENCODINGS, HNSWConfig
 
@@ -67,18 +67,6 @@ _FLAGS = [  # (parameter, type, default, flag)
 
 def with_first_stage_options(command):
     """Decorate a typer command taking ``first_stage: FirstStageOptions`` to expose the flags above."""
-    signature = inspect.signature(command)
-    own = [p for name, p in signature.parameters.items() if name != "first_stage"]
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                annotation=Annotated[kind, option]) for name, kind, default, option in _FLAGS]
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        flags = {flag[0]: kwargs.pop(flag[0]) for flag in _FLAGS}
-        return command(*args, first_stage=_options(**flags), **kwargs)
-
-    wrapper.__signature__ = signature.replace(parameters=[*own, *added])
-    annotations = {k: v for k, v in command.__annotations__.items() if k != "first_stage"}
-    annotations.update({p.name: p.annotation for p in added})
-    wrapper.__annotations__ = annotations
-    return wrapper
+    return replace_parameter(command, "first_stage", added, lambda flags: _options(**flags))

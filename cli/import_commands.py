@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from densehybrid.cli.encoder_options import EncoderOptions, with_encoder_options
-from densehybrid.cli.errors import fail
+from densehybrid.cli.errors import fail, one_of
 from densehybrid.cli.first_stage_options import FirstStageOptions, with_first_stage_options
 from densehybrid.encoder.errors import EncoderError
 from densehybrid.index.building import commands
@@ -25,14 +25,8 @@ from densehybrid.index.storage.vectors import DTYPES
 console = Console()
 
 
-def check_vectors_dtype(value: str) -> str:
-    if value not in DTYPES:
-        raise typer.BadParameter(f"one of {', '.join(DTYPES)}")
-    return value
-
-
 VECTORS_DTYPE_OPTION = typer.Option(
-    "float16", "--vectors-dtype", callback=check_vectors_dtype,
+    "float16", "--vectors-dtype", callback=one_of(DTYPES),
     help="element type of the one stored copy of the vectors, read by the exact first stage and the rerank "
          "(float16: half the disk and memory; float32: the encoder's values as they are)")
 

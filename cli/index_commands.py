@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from densehybrid.cli.encoder_options import BuildBackend, EncoderOptions, with_encoder_options
-from densehybrid.cli.errors import fail
+from densehybrid.cli.errors import fail, one_of
 from densehybrid.cli.first_stage_options import FirstStageOptions, with_first_stage_options
 from densehybrid.cli.prompt_options import build_prompts
 from densehybrid.cli.import_commands import VECTORS_DTYPE_OPTION
@@ -35,20 +35,9 @@ log = logging.getLogger(__name__)
 console = Console()
 index_app = typer.Typer(help="Build indexes of a corpus.", no_args_is_help=True)
 
+MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 SEARCH_DEVICE_HELP = "first stage + rerank: auto (a GPU when present), cpu (Faiss), cuda, cuda:N"
 _KNOWN_ERRORS = (IndexAccessError, SearchError, EvalInputError, EncoderError, FileNotFoundError, ValueError)
-
-
-def _check_first_stage(value: str) -> str:
-    if value not in FIRST_STAGES:
-        raise typer.BadParameter(f"one of {', '.join(FIRST_STAGES)}")
-    return value
-
-
-def _check_fusion(value: str | None) -> str | None:
-    if value is not None and value not in FUSION_METHODS:
-        raise typer.BadParameter(f"one of {', '.join(FUSION_METHODS)}")
-    return value
 
 
 _FUSION_HELP = ("dhr/fusion: how the lexical and dense parts mix (auto: the mix the index chose from its corpus; "
@@ -68,7 +57,7 @@ def index_build(
     shard_size: int = typer.Option(4096, "--shard-size", min=1, help="passages per shard (the resume granularity)"),
     auto_lambda: bool = typer.Option(False, "--auto-lambda", help="same as --lambda auto"),
     name: Optional[str] = typer.Option(None, "--name", help="index name (default: the directory name)"),
-    fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=_check_fusion,
+    fusion: str = typer.Option(DEFAULT_METHOD, "--fusion", callback=one_of(FUSION_METHODS),
                                help="dhr/fusion: the searches' default mix of the parts (in the manifest); auto: chosen from the corpus"),
     query_prompt: Optional[str] = typer.Option(None, "--query-prompt",
                                                help='put before every query at search time, e.g. "query: " (E5)'),
@@ -110,7 +99,9 @@ def index_build(
                                     precision=encoder.precision)
         start = time.perf_counter()
         if ray:
-            _ray_build(model, encoder, corpus, out, options, RayOptions(ray, ray_batch_size))
+            with RayShardEncoder(model, encoder.config, encoder.device, batch_size,
+                                 RayOptions(ray, ray_batch_size)) as encode_shard:
+                build_index(model, corpus, out, options, encode_shard=encode_shard, engine=encode_shard.record())
         else:
             build_index(model, corpus, out, options)
         seconds = time.perf_counter() - start
@@ -120,12 +111,6 @@ def index_build(
     console.print(f"built {out}: {index.count} passages in {seconds:.1f} s ({index.count / seconds:.1f} passages/s), "
                   f"kind {index.spec.kind}, dim {index.spec.dim}, λ = {index.lam:.4g} ({index.manifest['lambda']['method']})"
                   + (f", fusion auto: {mix}" if (mix := commands.chosen_mix(index)) else ""))
-
-
-def _ray_build(model, encoder: EncoderOptions, corpus: Path, out: Path, options: BuildOptions,
-               ray_options: RayOptions) -> None:
-    with RayShardEncoder(model, encoder.config, encoder.device, options.batch_size, ray_options) as encode_shard:
-        build_index(model, corpus, out, options, encode_shard=encode_shard, engine=encode_shard.record())
 
 
 def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Optional[str]):
@@ -139,15 +124,6 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
     if index_dir is None:
         fail("--index DIR (or --milvus-uri URI --collection NAME) is required")
     return load_index(index_dir)
-
-
-def _load(index_dir: Optional[Path], encoder: EncoderOptions, milvus_uri: Optional[str] = None,
-          collection: Optional[str] = None):
-    index = _open(index_dir, milvus_uri, collection)
-    return index, commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
-
-
-MILVUS_URI_HELP = "Milvus instead of --index: a Milvus Lite file (*.db) or http://host:19530"
 
 
 def _parse_filter(text: str, field_types: dict[str, str]):
@@ -166,12 +142,12 @@ def search(
     milvus_uri: Optional[str] = typer.Option(None, "--milvus-uri", help=MILVUS_URI_HELP),
     collection: Optional[str] = typer.Option(None, "--collection", help="Milvus collection (with --milvus-uri)"),
     k: int = typer.Option(10, "-k", "--k", min=1, help="results to show"),
-    first_stage: str = typer.Option("ip", "--first-stage", callback=_check_first_stage, help="ip or approx_gip"),
+    first_stage: str = typer.Option("ip", "--first-stage", callback=one_of(FIRST_STAGES), help="ip or approx_gip"),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
-    fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
+    fusion: Optional[str] = typer.Option(None, "--fusion", callback=one_of(FUSION_METHODS), help=_FUSION_HELP),
     filter_json: Optional[str] = typer.Option(None, "--filter", help='a filter over the index\'s fields, as /search '
                                               'takes it, e.g. \'{"field": "kind", "eq": "class"}\''),
     encoder: EncoderOptions = None,
@@ -181,7 +157,8 @@ def search(
     The model is the one the index records unless --model is given (it must match the index).
     """
     try:
-        index, model = _load(index_dir, encoder, milvus_uri, collection)
+        index = _open(index_dir, milvus_uri, collection)
+        model = commands.encoder_for_index(index, encoder.config, encoder.device, precision=encoder.precision)
         params = SearchParams(k=k, first_stage=first_stage, candidates=candidates, theta=theta, rerank=not no_rerank,
                               lam=encoder.fixed_lambda("search"), method=fusion,
                               filter=None if filter_json is None else _parse_filter(filter_json, index.field_types))
@@ -207,13 +184,13 @@ def eval_command(
     qrels: Path = typer.Option(..., "--qrels", exists=True, dir_okay=False, help="qrels (BEIR or TREC columns, header optional)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object: nDCG@10, MRR@10, R@100, R@1000"),
     run: Optional[Path] = typer.Option(None, "--run", help="also write a TREC run file"),
-    first_stage: str = typer.Option("ip", "--first-stage", callback=_check_first_stage, help="ip or approx_gip"),
+    first_stage: str = typer.Option("ip", "--first-stage", callback=one_of(FIRST_STAGES), help="ip or approx_gip"),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="first-stage depth K1"),
     theta: float = typer.Option(0.1, "--theta", help="approx_gip: query dims above θ take part"),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="first-stage scores only (no exact GIP)"),
     bm25: bool = typer.Option(False, "--bm25", help="evaluate BM25 (bm25s) over the index's passages instead"),
     search_device: str = typer.Option("auto", "--search-device", help=SEARCH_DEVICE_HELP),
-    fusion: Optional[str] = typer.Option(None, "--fusion", callback=_check_fusion, help=_FUSION_HELP),
+    fusion: Optional[str] = typer.Option(None, "--fusion", callback=one_of(FUSION_METHODS), help=_FUSION_HELP),
     compare_fusion: bool = typer.Option(False, "--compare-fusion",
                                         help="dhr/fusion: one row per method (each part, auto, lambda, zscore, minmax, adaptive, rrf)"),
     encoder: EncoderOptions = None,

@@ -60,13 +60,10 @@ def demo_command(
     from densehybrid.service import logging as service_logging
     from densehybrid.service.serve import StartupError, serve, settings_from
 
-    from pydantic import ValidationError
-
     try:  # refuse a keyless public --host before the minutes of indexing, not after
         settings_from({"host": host, "port": port})
-    except ValidationError as exc:
-        console.print(f"[red]error:[/red] invalid settings: {exc}")
-        raise typer.Exit(2) from exc
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        fail(f"invalid settings: {sentence(exc)}")
     service_logging.configure("INFO", json_lines=False)
     home = directory or demo.demo_dir()
     console.print(f"[bold]densehybrid demo[/bold] keeps its corpus and index in {escape(str(home))} "

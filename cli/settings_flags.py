@@ -97,32 +97,34 @@ def _plain(value: object) -> object:
     return value.value if isinstance(value, Enum) else value
 
 
+def replace_parameter(command, parameter: str, added: list[inspect.Parameter], make: Callable[[dict], object]):
+    """``command`` with its ``parameter`` replaced by the keyword parameters ``added``: it receives
+    ``make({name: value})`` as ``parameter``."""
+    signature = inspect.signature(command)
+    if parameter not in signature.parameters:
+        raise TypeError(f"{command.__name__} must take a {parameter!r} parameter")
+    own = [p for name, p in signature.parameters.items() if name != parameter]
+    names = [p.name for p in added]
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        flags = {name: _plain(kwargs.pop(name)) for name in names}
+        return command(*args, **{parameter: make(flags)}, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=[*own, *added])
+    # typer resolves annotations with typing.get_type_hints(wrapper): the command's own
+    # (possibly string) annotations resolve in its module, the added ones are objects
+    annotations = {k: v for k, v in command.__annotations__.items() if k != parameter}
+    annotations.update({p.name: p.annotation for p in added})
+    wrapper.__annotations__ = annotations
+    return wrapper
+
+
 def with_flags(names: tuple[str, ...], parameter: str, make: Callable[[dict], object] = dict):
     """Decorate a typer command taking ``parameter``: it gets the flags of ``names`` instead, and receives
     ``make({field: value or None})`` as ``parameter``."""
-
-    def decorate(command):
-        signature = inspect.signature(command)
-        if parameter not in signature.parameters:
-            raise TypeError(f"{command.__name__} must take a {parameter!r} parameter")
-        own = [p for name, p in signature.parameters.items() if name != parameter]
-        added = [flag_parameter(name) for name in names]
-
-        @functools.wraps(command)
-        def wrapper(*args, **kwargs):
-            flags = {name: _plain(kwargs.pop(name)) for name in names}
-            return command(*args, **{parameter: make(flags)}, **kwargs)
-
-        wrapper.__signature__ = signature.replace(parameters=[*own, *added])
-        # typer resolves annotations with typing.get_type_hints(wrapper): the command's own
-        # (possibly string) annotations resolve in its module, the added ones are objects
-        annotations = {k: v for k, v in command.__annotations__.items() if k != parameter}
-        annotations.update({p.name: p.annotation for p in added})
-        wrapper.__annotations__ = annotations
-        return wrapper
-
-    return decorate
+    return lambda command: replace_parameter(command, parameter, [flag_parameter(name) for name in names], make)
 
 
 SETTINGS_FIELDS: tuple[str, ...] = tuple(ServiceSettings.model_fields)
-__all__ = ["FLAG_NAMES", "SETTINGS_FIELDS", "flag_parameter", "parse_lambda", "with_flags"]
+__all__ = ["FLAG_NAMES", "SETTINGS_FIELDS", "flag_parameter", "parse_lambda", "replace_parameter", "with_flags"]

@@ -40,11 +40,6 @@ def split_docstring(doc: str) -> tuple[str, str] | None:
     return query, passage
 
 
-def candidate_pairs() -> list[tuple[str, str, str]]:
-    """(qualified name, query, passage) of every usable docstring, in demo_corpus's order, uniques only."""
-    return unique_pairs(_module_names())
-
-
 def unique_pairs(modules: list[str]) -> list[tuple[str, str, str]]:
     """(qualified name, query, passage) of every usable docstring of ``modules``, in order, keeping only the
     pairs whose query and whose passage no other pair shares (a duplicate would have two right answers)."""
@@ -61,7 +56,8 @@ def unique_pairs(modules: list[str]) -> list[tuple[str, str, str]]:
 
 
 def write_set(out: Path, passages: int, queries: int, seed: int) -> tuple[int, int]:
-    return write_pairs(out, candidate_pairs(), passages, queries, seed)
+    """The set of every usable stdlib docstring, in demo_corpus's order (:func:`write_pairs`)."""
+    return write_pairs(out, unique_pairs(_module_names()), passages, queries, seed)
 
 
 def write_pairs(out: Path, pairs: list[tuple[str, str, str]], passages: int, queries: int,

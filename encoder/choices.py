@@ -22,10 +22,7 @@ Direction = Literal["right", "left"]
 
 ROLES: tuple[Role, ...] = get_args(Role)
 KINDS: tuple[Kind, ...] = get_args(Kind)
-LEXICALS: tuple[Lexical, ...] = get_args(Lexical)
-POOLINGS: tuple[Pooling, ...] = get_args(Pooling)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
-DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 GATED_KINDS: frozenset[str] = frozenset({"dhr", "dlr", "fusion"})
 SCALED_KINDS: frozenset[str] = frozenset({"dhr", "fusion"})

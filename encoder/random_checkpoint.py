@@ -136,15 +136,13 @@ def write_random_checkpoint(path: str | Path, shape: str | None = None, *, arch:
     if shape is not None:
         from densehybrid.encoder import zoo
 
-        sizes = {"intermediate": None, "init_range": None, **SHAPES[shape]}
-        arch, hidden, layers, heads, intermediate, init_range = (
-            sizes[k] for k in ("arch", "hidden", "layers", "heads", "intermediate", "init_range"))
+        hidden = SHAPES[shape]["hidden"]  # random_masked_lm takes the other sizes from the shape
         pooler_dim, head_init = SHAPE_HEADS["pooler_dim"], SHAPE_HEADS["head_init"]
         tokenizer_from = zoo.fetch(SHAPE_HEADS["tokenizer_from"])
     torch.manual_seed(seed)
     tokenizer = _tokenizer(tokenizer_from, vocab_size)
     for sub in ((QUERY_DIR, PASSAGE_DIR) if untied else ("",)):
-        model = random_masked_lm(seed=None, arch=arch, hidden=hidden, layers=layers, heads=heads, intermediate=intermediate,
+        model = random_masked_lm(shape, seed=None, arch=arch, hidden=hidden, layers=layers, heads=heads, intermediate=intermediate,
                                  init_range=init_range, vocab_size=vocab_size, max_positions=max_positions)
         save_transformer(model, tokenizer, path / sub)
     pooler, term_weight = _heads(hidden, pooler_dim, tied_heads, head_init, seed)

@@ -35,6 +35,13 @@ def read_queries(path: str | Path) -> dict[str, str]:
     return {str(row["_id"]): str(row["text"]) for row in rows}
 
 
+def read_judged(queries_path: str | Path, qrels_path: str | Path) -> tuple[list[str], list[str], Qrels]:
+    """The ids and texts of the queries that have judgements, in file order, and the judgements."""
+    queries, qrels = read_queries(queries_path), read_qrels(qrels_path)
+    qids = [q for q in queries if qrels.get(q)]
+    return qids, [queries[q] for q in qids], qrels
+
+
 def parse_qrels_line(fields: Sequence[str]) -> tuple[str, str, int] | None:
     """BEIR ``qid docid grade`` or TREC ``qid iter docid grade`` -> triple; None for a header line."""
     if len(fields) == 3:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -38,11 +39,9 @@ class Compactor:
             self._thread.start()
 
     def _run(self) -> None:
-        try:
-            # below the request threads on the CPU (Linux nices threads one by one); best effort
+        # below the request threads on the CPU (Linux nices threads one by one); best effort
+        with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPACTION_NICENESS)
-        except (OSError, AttributeError):
-            pass
         try:
             self.index.compact()
             self.metrics.compactions.labels(outcome="ok").inc()

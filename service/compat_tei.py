@@ -30,7 +30,7 @@ from densehybrid.service import handlers
 from densehybrid.service.errors import InvalidRequest
 from densehybrid.service.routes import error_responses
 from densehybrid.service.runtime import Runtime
-from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, RequestBody, Role,
+from densehybrid.service.schemas import (DIRECTION_HELP, PROMPT_NAME_HELP, TRUNCATE_HELP, JsonBool, Role, StrictBody,
                                          Text, json_number, passage_prompt_rule, prompt_name_type)
 
 TIMING_HEADERS = {"x-total-time": "total_ms", "x-tokenization-time": "tokenize_ms",
@@ -57,16 +57,12 @@ class RerankHit(BaseModel):
     text: str | None = None
 
 
-class _TeiRequest(RequestBody):
-    model_config = ConfigDict(extra="forbid")
-
-
 def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int | None = None) -> dict[str, type[BaseModel]]:
     Texts = Annotated[list[Text], Field(min_length=1, max_length=max_texts)]
     TokenId = Annotated[int, Field(ge=0, lt=vocab_size), BeforeValidator(json_number)]  # constraint first: it reaches the schema
     PromptName = prompt_name_type(list(prompts.prompts))
 
-    class InputOptions(_TeiRequest):
+    class InputOptions(StrictBody):
         model_config = ConfigDict(extra="forbid", json_schema_extra=passage_prompt_rule(prompts, "input_type"))
         truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
         truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
@@ -84,7 +80,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         model_config = ConfigDict(extra="forbid", title="TeiEmbedSparseRequest")
         inputs: Text | Texts
 
-    class RerankRequest(_TeiRequest):
+    class RerankRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="TeiRerankRequest")
         query: Text
         texts: Texts
@@ -93,7 +89,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         truncate: JsonBool | None = Field(None, description=TRUNCATE_HELP)
         truncation_direction: Direction | None = Field(None, description=DIRECTION_HELP)
 
-    class SimilarityInputs(_TeiRequest):
+    class SimilarityInputs(StrictBody):
         source_sentence: Text
         sentences: Texts
 
@@ -104,7 +100,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         inputs: Text | Texts | SimilarityInputs
         parameters: EmbedOptions | None = Field(None, description="options of /embed, e.g. normalize")
 
-    class TokenizeRequest(_TeiRequest):
+    class TokenizeRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="TeiTokenizeRequest", json_schema_extra={
             "examples": [{"inputs": "what is a dense retriever"},
                          {"inputs": ["sort a list", "open a file"], "add_special_tokens": False}]})
@@ -112,7 +108,7 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
         add_special_tokens: JsonBool = Field(True, description="include [CLS]/[SEP] as the encoder sees them")
         prompt_name: PromptName = Field(None, description="a served prompt to put first (GET /info lists them)")
 
-    class DecodeRequest(_TeiRequest):
+    class DecodeRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="TeiDecodeRequest",
                                   json_schema_extra={"examples": [{"ids": [101, 7592, 2088, 102]}]})
         ids: Annotated[list[TokenId], Field(min_length=1)] | Annotated[
@@ -124,11 +120,13 @@ def request_models(max_texts: int, prompts: Prompts = Prompts(), vocab_size: int
             "decode": DecodeRequest}
 
 
-def _timing_headers(request: Request, response: Response) -> None:
+def _with_timing(request: Request, response: Response, answer: list) -> list:
+    """``answer``, with TEI's timing headers set from the request's stage times."""
     timing = getattr(request.state, "timing", None) or {}
     for header, stage in TIMING_HEADERS.items():
         if stage in timing:
             response.headers[header] = f"{timing[stage]:g}"
+    return answer
 
 
 def build_router(runtime: Runtime) -> APIRouter:
@@ -140,30 +138,22 @@ def build_router(runtime: Runtime) -> APIRouter:
     @router.post("/embed", response_model=list[list[float]])
     async def embed(request: Request, response: Response, body: EmbedRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's embed: one vector per input (a list of lists even for one text)."""
-        vectors = await embed_inputs(runtime, request, body.inputs, body)
-        _timing_headers(request, response)
-        return vectors
+        return _with_timing(request, response, await embed_inputs(runtime, request, body.inputs, body))
 
     @router.post("/embed_sparse", response_model=list[list[SparseValue]])
     async def embed_sparse(request: Request, response: Response, body: models["sparse"] = Body()) -> list:  # type: ignore[valid-type]
         """TEI's embed_sparse: each text's lexical vector over the vocabulary, its non-zero entries."""
-        vectors = await sparse_inputs(runtime, request, body)
-        _timing_headers(request, response)
-        return vectors
+        return _with_timing(request, response, await sparse_inputs(runtime, request, body))
 
     @router.post("/rerank", response_model=list[RerankHit], response_model_exclude_none=True)
     async def rerank(request: Request, response: Response, body: RerankRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's rerank: the texts' scores for the query, best first."""
-        hits = await rerank_texts(runtime, request, body)
-        _timing_headers(request, response)
-        return hits
+        return _with_timing(request, response, await rerank_texts(runtime, request, body))
 
     @router.post("/", response_model=list[list[float]] | list[float])
     async def generic(request: Request, response: Response, body: GenericRequest = Body()) -> list:  # type: ignore[valid-type]
         """TEI's generic route: embeddings of ``inputs``, or similarities for a source sentence."""
-        answer = await generic_inputs(runtime, request, body, models)
-        _timing_headers(request, response)
-        return answer
+        return _with_timing(request, response, await generic_inputs(runtime, request, body, models))
 
     @router.post("/tokenize", response_model=list[list[SimpleToken]])
     async def tokenize(body: models["tokenize"] = Body()) -> list:  # type: ignore[valid-type]

@@ -24,13 +24,9 @@ CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline
                            "frame-ancestors 'none'")
 
 
-def _assets_dir() -> str:
-    return str(files("fastapi_offline") / "static")
-
-
 def install_offline_docs(app: FastAPI) -> None:
     """Serve /docs, /redoc and their assets locally; call on an app created with ``docs_url=redoc_url=None``."""
-    app.mount(ASSETS_PATH, StaticFiles(directory=_assets_dir()), name="docs-assets")
+    app.mount(ASSETS_PATH, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="docs-assets")
     oauth2_redirect = "/docs/oauth2-redirect"
     title = f"{app.title} - API"
 

@@ -22,15 +22,14 @@ from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.writes.live import LiveIndex, UnknownDocument
 from densehybrid.index.writes.wal import LogFullError
-from densehybrid.service.errors import InsufficientStorage, NotFound, WriteFailed, WritesDisabled
-from densehybrid.service.handlers import require_index, require_ready, served_prompts
+from densehybrid.service.errors import InsufficientStorage, WriteFailed, WritesDisabled
+from densehybrid.service.handlers import require_index, served_prompts, unknown_document
 from densehybrid.service.pipeline import TextOptions, ms, record
 from densehybrid.service.runtime import Runtime
 
 
 def _writable(rt: Runtime) -> LiveIndex:
     index = require_index(rt)
-    require_ready(rt)
     if index.remote:
         raise WritesDisabled("this server serves a Milvus collection, read only: writes need a local index "
                              "(start it with --index DIR and writes on)")
@@ -82,7 +81,7 @@ def _delete(index: LiveIndex, doc_id: str) -> int:
     try:
         return _logged(index.delete, doc_id)
     except UnknownDocument:
-        raise NotFound(f"no document with id {doc_id!r} in index {index.name!r}") from None
+        raise unknown_document(index, doc_id) from None
 
 
 async def delete_document(rt: Runtime, request: Request, doc_id: str) -> dict:
@@ -98,8 +97,7 @@ async def delete_document(rt: Runtime, request: Request, doc_id: str) -> dict:
 
 async def get_document(rt: Runtime, doc_id: str) -> dict:
     index = require_index(rt)
-    require_ready(rt)
     doc = await rt.pipeline.on_search_threads(index.get, doc_id)
     if doc is None:
-        raise NotFound(f"no document with id {doc_id!r} in index {index.name!r}")
+        raise unknown_document(index, doc_id)
     return {"id": doc.id, "title": doc.title, "text": doc.text}

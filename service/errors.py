@@ -66,12 +66,14 @@ class NotFound(ServiceError):
     status, type = 404, "not_found"
 
 
-class QueueFull(ServiceError):
-    status, type = 429, "overloaded"
-
+class _RetryLater(ServiceError):
     def __init__(self, message: str, retry_after_s: int = 1):
         super().__init__(message)
         self.headers = {"Retry-After": str(retry_after_s)}
+
+
+class QueueFull(_RetryLater):
+    status, type = 429, "overloaded"
 
 
 class NotReady(ServiceError):
@@ -80,14 +82,10 @@ class NotReady(ServiceError):
     status, type = 503, "not_ready"
 
 
-class StoreUnavailable(ServiceError):
+class StoreUnavailable(_RetryLater):
     """The remote vector store (Milvus) cannot be reached; the service recovers when it is back."""
 
     status, type = 503, "store_unavailable"
-
-    def __init__(self, message: str, retry_after_s: int = 1):
-        super().__init__(message)
-        self.headers = {"Retry-After": str(retry_after_s)}
 
 
 class NoIndex(ServiceError):

@@ -109,22 +109,20 @@ def _leaves(name: str, kind: str) -> list[tuple[str, type[BaseModel]]]:
 
 def _filter_type(field_types: dict[str, str]):
     """The recursive filter union for an index with these fields."""
-    leaves = [leaf for name, kind in field_types.items() for leaf in _leaves(name, kind)]
-    ns: dict[str, Any] = {}
+    leaves = [model for name, kind in field_types.items() for _, model in _leaves(name, kind)]
     and_ = create_model("AndFilter", __base__=_Node,
                         and_=(list["SearchFilter"], Field(alias="and", min_length=1, max_length=filters.MAX_NODES)))
     or_ = create_model("OrFilter", __base__=_Node,
                        or_=(list["SearchFilter"], Field(alias="or", min_length=1, max_length=filters.MAX_NODES)))
     not_ = create_model("NotFilter", __base__=_Node, not_=("SearchFilter", Field(alias="not")))
-    for tag, model in (("and", and_), ("or", or_), ("not", not_)):
+    combinators = {"and": and_, "or": or_, "not": not_}
+    for tag, model in combinators.items():
         model.filter_tag = tag
-    choices = [Annotated[model, Tag(tag)] for tag, model in (("and", and_), ("or", or_), ("not", not_))]
-    choices += [Annotated[model, Tag(model.filter_tag)] for _, model in leaves]
+    choices = [Annotated[model, Tag(model.filter_tag)] for model in [*combinators.values(), *leaves]]
     # a tagged union: its schema is a oneOf (exactly one shape fits), not an anyOf
     union = Annotated[Union[tuple(choices)], Discriminator(_tag)]
-    ns["SearchFilter"] = union
-    for model in (and_, or_, not_):
-        model.model_rebuild(_types_namespace=ns)
+    for model in combinators.values():
+        model.model_rebuild(_types_namespace={"SearchFilter": union})
     return union
 
 

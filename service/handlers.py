@@ -36,9 +36,15 @@ def require_ready(rt: Runtime) -> None:
 
 
 def require_index(rt: Runtime):
+    """The served index, once the service is ready for it (:func:`require_ready`)."""
     if rt.index is None:
         raise NoIndex("no index loaded: this server runs encode-only (start it with --index DIR)")
+    require_ready(rt)
     return rt.index
+
+
+def unknown_document(index, doc_id: str) -> NotFound:
+    return NotFound(f"no document with id {doc_id!r} in index {index.name!r}")
 
 
 def require_model(rt: Runtime, name: str | None) -> str:
@@ -173,7 +179,6 @@ def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[d
 
 async def search(rt: Runtime, request: Request, body) -> dict:
     index = require_index(rt)
-    require_ready(rt)
     texts = [body.query] if body.query is not None else list(body.queries)
     k = min(body.k, max(index.count - body.offset, 0))  # 0: the page is past the last hit
     candidates = min(max(body.candidates, k), index.count)
@@ -212,10 +217,9 @@ def explained_hits(rt: Runtime, per_query: list[list[dict]]) -> dict:
 # -- /explain ------------------------------------------------------------------
 async def explain(rt: Runtime, request: Request, body) -> dict:
     index = require_index(rt)
-    require_ready(rt)
     row = index.row_of(body.id)
     if row is None:
-        raise NotFound(f"no document with id {body.id!r} in index {index.name!r}")
+        raise unknown_document(index, body.id)
     lam = index.lam if body.lam is None else body.lam
     found, timing = await rt.pipeline.encode_then(request, [body.query], "explain_ms",
                                                   lambda encoded: _explanation(rt, encoded, row, lam),

@@ -14,7 +14,7 @@ from densehybrid.service.responses import (EncodeResponse, ErrorBody, ExplainRes
                                            SearchResponse, StoredDocument, WriteResult)
 from densehybrid.service.schemas import documents_request_model, request_models
 
-_ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in {
+_ERROR_TEXTS = {
     401: "missing or wrong API key",
     413: "body or batch over the limits, or a text over the max length with truncation off",
     415: "body not sent as Content-Type: application/json",
@@ -22,13 +22,17 @@ _ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in
     429: "encoder queue full; see Retry-After",
     500: "encoding or search failed for this request",
     503: "not ready, no index loaded, or timed out",
-}.items()}
+}
+_UNKNOWN_ID = {404: "unknown document id"}
+_WRITES = {403: "writes are off on this server", 507: "disk full: the change was not applied"}
 
 
 def error_responses(body: type[BaseModel] = ErrorBody, more: dict[int, str] | None = None) -> dict:
     """The documented error statuses, with ``body`` as their schema, plus ``more`` ({status: description})."""
-    texts = {status: doc["description"] for status, doc in _ERRORS.items()} | (more or {})
-    return {status: {"model": body, "description": text} for status, text in texts.items()}
+    return {status: {"model": body, "description": text} for status, text in (_ERROR_TEXTS | (more or {})).items()}
+
+
+_ERRORS = error_responses()
 
 
 def json_response(body: dict, request: Request, *, exclude_none: bool = False) -> Response:
@@ -64,29 +68,27 @@ def build_router(runtime: Runtime) -> APIRouter:
         options = handlers.request_text_options(runtime, body.role, body)
         return json_response(await handlers.encode(runtime, request, body.texts, body.role, options), request)
 
-    @router.post("/explain", response_model=ExplainResponse, responses={**_ERRORS, 404: {
-        "model": ErrorBody, "description": "unknown document id"}}, tags=["retrieval"])
+    @router.post("/explain", response_model=ExplainResponse, responses=error_responses(more=_UNKNOWN_ID),
+                 tags=["retrieval"])
     async def explain(request: Request, body: ExplainRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Matched terms of a query and a document, and the lexical/semantic split of its score."""
         return await handlers.explain(runtime, request, body)
 
     DocumentsRequest = documents_request_model(runtime.settings.limits, field_types)
-    write_errors = {**_ERRORS, 403: {"model": ErrorBody, "description": "writes are off on this server"},
-                    507: {"model": ErrorBody, "description": "disk full: the change was not applied"}}
 
-    @router.post("/documents", response_model=WriteResult, responses=write_errors, tags=["writes"])
+    @router.post("/documents", response_model=WriteResult, responses=error_responses(more=_WRITES), tags=["writes"])
     async def add_documents(request: Request, body: DocumentsRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Add documents (an existing id is replaced); answered once the change is durable in the log."""
         return await documents.add_documents(runtime, request, body)
 
-    @router.get("/documents/{doc_id}", response_model=StoredDocument, responses={**_ERRORS, 404: {
-        "model": ErrorBody, "description": "unknown document id"}}, tags=["writes"])
+    @router.get("/documents/{doc_id}", response_model=StoredDocument, responses=error_responses(more=_UNKNOWN_ID),
+                tags=["writes"])
     async def get_document(doc_id: str) -> dict:
         """One document as the index holds it now (written ones included)."""
         return await documents.get_document(runtime, doc_id)
 
-    @router.delete("/documents/{doc_id}", response_model=WriteResult, responses={**write_errors, 404: {
-        "model": ErrorBody, "description": "unknown document id"}}, tags=["writes"])
+    @router.delete("/documents/{doc_id}", response_model=WriteResult,
+                   responses=error_responses(more=_WRITES | _UNKNOWN_ID), tags=["writes"])
     async def delete_document(request: Request, doc_id: str) -> dict:
         """Delete one document; answered once the change is durable in the log."""
         return await documents.delete_document(runtime, request, doc_id)

@@ -111,7 +111,9 @@ class RequestBody(BaseModel):
         return replace_lone_surrogates(data)
 
 
-class _Strict(RequestBody):
+class StrictBody(RequestBody):
+    """A request body that refuses unknown fields."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -135,7 +137,7 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
     PromptName = prompt_name_type(list(prompts.prompts))
     SearchPromptName = prompt_name_type([prompts.query_name] if prompts.query_name else [], "query prompts")
 
-    class SearchRequest(_Strict):
+    class SearchRequest(StrictBody):
         """One ``query`` or a batch of ``queries`` (exactly one of the two)."""
 
         # exactly one of query/queries, stated in the schema too; neither accepts null
@@ -208,7 +210,7 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
                                           "offset or k", {"total": self.offset + self.k, "max_k": limits.max_k})
             return self
 
-    class EncodeRequest(_Strict):
+    class EncodeRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="EncodeRequest", json_schema_extra={"examples": [
             {"texts": ["what is a dense retriever"], "role": "query"},
             {"texts": ["a very long passage ..."], "role": "passage", "truncate": True, "truncation_direction": "left"},
@@ -222,7 +224,7 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
         truncation_direction: Direction = direction_field()
         prompt_name: PromptName = Field(None, description=PROMPT_NAME_HELP)
 
-    class ExplainRequest(_Strict):
+    class ExplainRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="ExplainRequest")
         query: Text
         id: DocId = Field(description="document id in the index")
@@ -239,7 +241,7 @@ def documents_request_model(limits: Limits, field_types: dict[str, str] | None =
     DocumentFields = filter_schema.field_models(field_types).document_fields
     Chars = Annotated[str, StringConstraints(max_length=limits.max_document_chars)]
 
-    class NewDocument(_Strict):
+    class NewDocument(StrictBody):
         model_config = ConfigDict(extra="forbid", title="NewDocument")
         id: DocId
         title: Chars = Field("", description="optional title, encoded before the text")
@@ -248,7 +250,7 @@ def documents_request_model(limits: Limits, field_types: dict[str, str] | None =
             None, description="payload field values, of the index's fields and types (/info); searches filter on "
                               "them as on the built ones", examples=[filter_schema.document_example(field_types or {})])
 
-    class DocumentsRequest(_Strict):
+    class DocumentsRequest(StrictBody):
         model_config = ConfigDict(extra="forbid", title="DocumentsRequest")
         documents: list[NewDocument] = Field(min_length=1, max_length=limits.max_write_documents,
                                              description="documents to add; an existing id is replaced, and an id "

@@ -66,6 +66,15 @@ def fake_models(monkeypatch):
     monkeypatch.setattr(commands, "load_model", load)
 
 
+@pytest.fixture(scope="module")
+def client(server):
+    """An HTTP client of the module's live ``server`` fixture."""
+    import httpx
+
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def toy_index(tmp_path_factory):
     """``toy_index(kind="dhr", count=80, lam=1.0)``: the directory of a small FakeEncoder index of the

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from densehybrid.bench import pyserini_layout, scale_serve, scale_vectors
 from densehybrid.bench.scale import exhaustive_top
 from densehybrid.cli.main import app
+from densehybrid.index.building.importing import read_pyserini
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 
 
@@ -19,9 +20,9 @@ def test_a_pyserini_directory_holds_the_vectors_and_ids_in_row_order(tmp_path):
     directory = pyserini_layout.write_pyserini_dir(tmp_path / "p", xb, ids)
     assert sorted(p.name for p in directory.iterdir()) == ["docid", "index"]
     assert (directory / "docid").read_text().splitlines() == ids
-    got, got_ids = pyserini_layout.read_pyserini_dir(directory)
-    np.testing.assert_array_equal(got, xb)
-    assert got_ids == ids
+    got = read_pyserini(directory)  # what index import reads
+    np.testing.assert_array_equal(got.rows, xb)
+    assert got.doc_ids == ids
 
 
 def test_seeded_vectors_repeat_and_queries_differ_from_passages():

@@ -37,12 +37,6 @@ def server(toy_index):
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    with httpx.Client(base_url=server.url, timeout=30) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def oai(server):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 

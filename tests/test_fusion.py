@@ -5,6 +5,7 @@ import pytest
 
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.search import fusion, gip
+from densehybrid.index.search.mix import resolve_method
 from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.index.search.params import SearchParams
 from test_search import make_index, queries_for
@@ -229,11 +230,11 @@ def test_method_defaults_follow_the_index_and_a_request_lambda(tmp_path):
     index = make_index(tmp_path, "fusion", lam=2.0)
     searcher = Searcher(index)
     assert index.fusion_method == "lambda"  # recorded by build_from_arrays' default
-    assert searcher.fusion_method(None, None) == "lambda"
+    assert resolve_method(index, None, None) == "lambda"
     index.manifest["fusion"] = {"method": "zscore", "dense_weight": 0.5}
-    assert searcher.fusion_method(None, None) == "zscore"
-    assert searcher.fusion_method(None, 5.0) == "lambda"  # a per-request λ keeps its raw-sum meaning
-    assert searcher.fusion_method("minmax", 5.0) == "minmax"
+    assert resolve_method(index, None, None) == "zscore"
+    assert resolve_method(index, None, 5.0) == "lambda"  # a per-request λ keeps its raw-sum meaning
+    assert resolve_method(index, "minmax", 5.0) == "minmax"
     with pytest.raises(SearchError, match="unknown fusion method"):
         searcher.search(queries_for(index, 1), SearchParams(method="borda"))
     with pytest.raises(SearchError, match="dense weight"):

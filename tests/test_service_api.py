@@ -35,12 +35,6 @@ def server(index_dir):
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    with httpx.Client(base_url=server.url, timeout=30) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def reference(index_dir):
     """The in-process encoder and searcher the server must agree with."""
     return FakeEncoder("dhr"), Searcher(load_index(index_dir))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from densehybrid.encoder.backbone import Backbone, TorchBackbone
-from densehybrid.encoder.choices import BACKENDS, ROLES, Backend, Precision, Role
+from densehybrid.encoder.choices import ROLES, Backend, Precision, Role
 from densehybrid.encoder.tokenization import RoleTokenizer
 
 log = logging.getLogger(__name__)
@@ -195,8 +195,6 @@ def runtime_backbone(backbone: TorchBackbone, backend: Backend, device: torch.de
     """The backbone a freshly loaded torch ``backbone`` runs as: ``"torch"`` (itself), ``"onnx"``, or
     ``"auto"``: ONNX Runtime where :func:`onnx_serves`, falling back to torch (with a warning) when the
     export fails, since both give the same vectors. int8 runs on ONNX Runtime only, never falling back."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     if backend == "onnx" or precision == "int8":
         return onnx_backbone(backbone, device, root, precision)

@@ -12,6 +12,7 @@ sees half a graph; :func:`ensure_exported` caches them by a hash of the weights.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -122,9 +123,7 @@ def ensure_exported(model: torch.nn.Module, cache_root: str | Path, *, key: str 
     """The export of ``model`` under ``cache_root/<key>``, exporting it on first use."""
     key = key or weights_key(model)
     target = Path(cache_root) / key[:32]
-    try:
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         if read_meta(target).get("weights_key") == key:
             return target
-    except (FileNotFoundError, json.JSONDecodeError):
-        pass
     return export_model(model, target, key=key)

@@ -18,6 +18,7 @@ import numpy as np
 
 from dataclasses import replace
 
+from densehybrid.index.engines.faiss_engine import train_sample
 from densehybrid.index.engines.hnsw_engine import ANN_FILE, ENCODINGS, HNSWConfig, augment_rows
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,6 @@ def new_hnsw(dim: int, config: HNSWConfig) -> faiss.Index:
     return index
 
 
-def train_rows(n: int, config: HNSWConfig) -> np.ndarray:
-    """Sorted row numbers of the seeded sample the quantizer's ranges are trained on."""
-    if n <= config.train_size:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(config.seed).choice(n, config.train_size, replace=False))
-
-
 def max_norm2(xb: np.ndarray) -> float:
     """The largest squared norm of the rows of ``xb``, read in chunks."""
     return max(float(np.einsum("ij,ij->i", part, part).max())
@@ -53,7 +47,7 @@ def build_hnsw(xb: np.ndarray, config: HNSWConfig) -> tuple[faiss.Index, HNSWCon
         raise ValueError(f"an HNSW first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
     config = replace(config, max_norm2=max_norm2(xb))
     index = new_hnsw(xb.shape[1], config)
-    index.train(augment_rows(xb[train_rows(len(xb), config)], config.max_norm2))
+    index.train(augment_rows(xb[train_sample(len(xb), config.train_size, config.seed)], config.max_norm2))
     started = time.perf_counter()
     for s in range(0, len(xb), _ADD_ROWS):
         index.add(augment_rows(xb[s:s + _ADD_ROWS], config.max_norm2))

@@ -84,10 +84,7 @@ def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder
              run_path: Path | None = None, device: str = "cpu",
              params: SearchParams = SearchParams(k=1000)) -> EvalOutcome:
     """Evaluate the index's model (or BM25 over the index's passages) on the judged queries, to depth ``params.k``."""
-    queries = evaluate.read_queries(queries_path)
-    qrels = evaluate.read_qrels(qrels_path)
-    qids = [q for q in queries if qrels.get(q)]
-    texts = [queries[q] for q in qids]
+    qids, texts, qrels = evaluate.read_judged(queries_path, qrels_path)
     start = time.perf_counter()
     if bm25:
         docs = list(index.docs.iter_rows())
@@ -145,10 +142,7 @@ def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *
     -> {method: outcome}; ``lambda`` uses the given λ, else the index's; ``auto`` the index's chosen mix
     and the fixed normalised methods their fixed dense weight (the manifest's ``dense_weight``).
     """
-    queries = evaluate.read_queries(queries_path)
-    qrels = evaluate.read_qrels(qrels_path)
-    qids = [q for q in queries if qrels.get(q)]
-    texts = [queries[q] for q in qids]
+    qids, texts, qrels = evaluate.read_judged(queries_path, qrels_path)
     start = time.perf_counter()
     prompt = index.prompts.for_role("query")
     batches = [encoder.encode(texts[s:s + batch_size], "query", prompt=prompt) for s in range(0, len(texts), batch_size)]

@@ -49,7 +49,7 @@ def check_first_stage(pq: faiss_engine.PQConfig | None, ann: HNSWConfig | None) 
 
 def _pq_index(values: np.ndarray, pq: faiss_engine.PQConfig) -> faiss.Index:
     index = faiss_engine.new_index(values.shape[1], pq)
-    faiss_engine.train(index, np.asarray(values[faiss_engine.train_sample(len(values), pq)], np.float32), pq)
+    faiss_engine.train(index, np.asarray(values[faiss_engine.train_sample(len(values), pq.train_size, pq.seed)], np.float32), pq)
     for s in range(0, len(values), _ADD_ROWS):
         index.add(np.asarray(values[s:s + _ADD_ROWS], dtype=np.float32))
     return index

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -111,7 +111,7 @@ def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engi
     first_stage = write_vectors_and_first_stage(staged, iter_shard_arrays(work, VALUES), count=count, dim=dim,
                                                 values_dtype=values_dtype, pq=pq, ann=ann)
     if gated_dim:
-        _concat(work, staged / GATES, GATES, np.uint8, (count, gated_dim))
+        write_rows(staged / GATES, iter_shard_arrays(work, GATES), (count, gated_dim), np.uint8)
     doc_ids = [d.id for d in iter_shard_docs(work)]
     if len(set(doc_ids)) != len(doc_ids):
         seen: set[str] = set()
@@ -122,14 +122,15 @@ def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engi
     return staged, first_stage
 
 
-def _concat(work: Path, target: Path, name: str, dtype, shape: tuple[int, int]) -> None:
-    out = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=shape)
+def write_rows(path: Path, parts: Iterable[np.ndarray], shape: tuple[int, int], dtype) -> None:
+    """The row blocks ``parts``, in order, as one .npy file of ``shape``; one block in memory at a time."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
     at = 0
-    for part in iter_shard_arrays(work, name):
-        out[at:at + len(part)] = part.astype(dtype)
+    for part in parts:
+        out[at:at + len(part)] = part
         at += len(part)
     if at != shape[0]:
-        raise IndexWriteError(f"{work}: shards hold {at} rows, expected {shape[0]}")
+        raise IndexWriteError(f"{path}: {at} rows written, expected {shape[0]}")
     out.flush()
     del out
 

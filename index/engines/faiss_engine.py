@@ -57,11 +57,11 @@ def new_index(dim: int, pq: PQConfig | None = None) -> faiss.Index:
     return faiss.IndexPQ(dim, pq.m, pq.nbits, faiss.METRIC_INNER_PRODUCT)
 
 
-def train_sample(n: int, pq: PQConfig) -> np.ndarray:
-    """Sorted row numbers of a seeded sample for PQ training (deterministic)."""
-    if n <= pq.train_size:
+def train_sample(n: int, size: int, seed: int) -> np.ndarray:
+    """Sorted row numbers of a seeded sample of ``size`` of ``n`` rows to train codes on (deterministic)."""
+    if n <= size:
         return np.arange(n)
-    return np.sort(np.random.default_rng(pq.seed).choice(n, pq.train_size, replace=False))
+    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
 
 
 def train(index: faiss.Index, xt: np.ndarray, pq: PQConfig) -> None:
@@ -114,7 +114,20 @@ def search(index: faiss.Index, xq: np.ndarray, k: int, params: faiss.SearchParam
     return index.search(xq, k, **extra)
 
 
-_RECONSTRUCT_ROWS = 65_536
+_KEPT_CHUNK = 65_536
+
+
+def exact_over(xq: np.ndarray, read_rows, kept: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top ``k`` inner products of ``xq`` (Q, dim) float32 over the rows ``kept`` (sorted) only;
+    ``read_rows(rows)`` gives those rows' vectors (R, dim) float32, read a chunk at a time."""
+    best_scores = np.full((len(xq), 0), -np.inf, np.float32)
+    best_rows = np.full((len(xq), 0), -1, np.int64)
+    for s in range(0, len(kept), _KEPT_CHUNK):
+        rows = kept[s:s + _KEPT_CHUNK]
+        scores = xq @ read_rows(rows).T
+        best_scores, best_rows = gip.sort_by_score(np.concatenate([best_scores, scores], 1),
+                                                   np.concatenate([best_rows, np.broadcast_to(rows, scores.shape)], 1), k)
+    return best_scores, best_rows
 
 
 def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,16 +142,7 @@ def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) ->
         selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
         scores, rows = search(index, xq, k, faiss.SearchParameters(sel=selector))
         return gip.sort_by_score(scores, rows, k)
-    kept = np.flatnonzero(mask)
-    xq = np.ascontiguousarray(xq, dtype=np.float32)
-    best_scores = np.full((len(xq), 0), -np.inf, np.float32)
-    best_rows = np.full((len(xq), 0), -1, np.int64)
-    for s in range(0, len(kept), _RECONSTRUCT_ROWS):
-        rows = kept[s:s + _RECONSTRUCT_ROWS]
-        scores = xq @ index.reconstruct_batch(rows).T
-        best_scores, best_rows = gip.sort_by_score(np.concatenate([best_scores, scores], 1),
-                                                   np.concatenate([best_rows, np.broadcast_to(rows, scores.shape)], 1), k)
-    return best_scores, best_rows
+    return exact_over(np.ascontiguousarray(xq, dtype=np.float32), index.reconstruct_batch, np.flatnonzero(mask), k)
 
 
 class FaissStore(HostRows, VectorStore):

@@ -20,7 +20,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.engines.faiss_engine import search as faiss_search
+from densehybrid.index.engines.faiss_engine import exact_over, search as faiss_search
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search import gip
@@ -34,7 +34,6 @@ ENCODINGS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "fp16": faiss.ScalarQuantizer
 # must skip (estimates, not yet measured against each other)
 EXACT_KEPT_ROWS = 20_000
 EXACT_KEPT_FRACTION = 0.05
-_EXACT_CHUNK = 65_536
 # the widest graph walk a search may ask for (a service setting bounds it further)
 MAX_EF_SEARCH = 10_000
 
@@ -108,19 +107,6 @@ def rescore(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -> tup
     return gip.sort_by_score(np.where(valid, scores, -np.inf), np.where(valid, rows, -1), k)
 
 
-def exact_over(xq: np.ndarray, values: np.ndarray, kept: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The exact top ``k`` inner products of ``xq`` (Q, dim) over the rows ``kept`` (sorted) only."""
-    best_scores = np.full((len(xq), 0), -np.inf, np.float32)
-    best_rows = np.full((len(xq), 0), -1, np.int64)
-    for s in range(0, len(kept), _EXACT_CHUNK):
-        rows = kept[s:s + _EXACT_CHUNK]
-        scores = xq @ np.asarray(values[rows], dtype=np.float32).T
-        best_scores, best_rows = gip.sort_by_score(np.concatenate([best_scores, scores], 1),
-                                                   np.concatenate([best_rows, np.broadcast_to(rows, scores.shape)], 1),
-                                                   k)
-    return best_scores, best_rows
-
-
 def searched_exactly(selection: Selection | None) -> bool:
     """Whether a filter keeps so few rows that scanning them beats walking the graph."""
     return selection is not None and (selection.count <= EXACT_KEPT_ROWS
@@ -143,7 +129,8 @@ class HnswStore(HostRows, VectorStore):
             raise SearchError(f"ef_search must be in 1..{MAX_EF_SEARCH}, got {ef_search}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return exact_over(xq, self.values, np.flatnonzero(selection.mask), depth)
+            return exact_over(xq, lambda rows: np.asarray(self.values[rows], dtype=np.float32),
+                              np.flatnonzero(selection.mask), depth)
         # the graph keeps its ef best anyway: reading all of them costs nothing and the exact
         # rescoring then orders the top ``depth`` by exact scores
         breadth = max(ef_search or self.ef_search, depth)

@@ -25,7 +25,7 @@ from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
 from densehybrid.index.search.filters import Selection, rows_below
-from densehybrid.index.search.mix import resolve_method, resolve_mix
+from densehybrid.index.search.mix import resolve_mix
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
@@ -184,9 +184,6 @@ class Searcher:
             if wider > probe:
                 scores, rows = self._first_stage(xq, gq, params, wider, selection)
         return scores[:, :depth], rows[:, :depth]
-
-    def fusion_method(self, method: str | None, lam: float | None) -> str:
-        return resolve_method(self.index, method, lam)
 
     def _part_query(self, xq: np.ndarray, method: str) -> np.ndarray:
         """A one-part method searches with the other part's dims zeroed; the others with ``xq`` as is."""

@@ -67,18 +67,6 @@ def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray |
         yield added
 
 
-def _write_gates(path: Path, parts, count: int, gated_dim: int) -> None:
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(count, gated_dim))
-    at = 0
-    for part in parts:
-        out[at:at + len(part)] = part
-        at += len(part)
-    if at != count:
-        raise errors.IndexWriteError(f"{path}: {at} rows of gates, expected {count}")
-    out.flush()
-    del out
-
-
 def _kept_ids(doc_ids, runs: list[tuple[int, int]]) -> list[str]:
     out: list[str] = []
     for start, stop in runs:
@@ -119,7 +107,7 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
                                                 dim=spec.dim, values_dtype=values_dtype,
                                                 pq=_pq_config(base.manifest["first_stage"]), ann=ann)
     if spec.gated_dim:
-        _write_gates(staged / files.GATES, _blocks(base.gates, runs, gates), count, spec.gated_dim)
+        shards.write_rows(staged / files.GATES, _blocks(base.gates, runs, gates), (count, spec.gated_dim), np.uint8)
     files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs) + [d.id for d in written])
     write_docs_folded(staged, base.docs.path, dropped, written)
     schema = base.field_types
@@ -139,16 +127,12 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
 
 def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> Path:
     """Fold the changes of log segments up to ``through_segment`` into the index at ``path``."""
-    from densehybrid.index.writes.delta import Delta, apply
+    from densehybrid.index.writes.delta import replayed
     from densehybrid.index.writes.wal import iter_changes
 
     base = files.load_index(path)
     already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
-    delta = Delta()
-    for change in iter_changes(log_dir, through_segment):
-        if change.seq > already:
-            delta = apply(delta, base, change, replaying=True)
-    return fold(base, delta, path, applied_seq)
+    return fold(base, replayed(base, iter_changes(log_dir, through_segment), already), path, applied_seq)
 
 
 def _exit_with_server(parent_pid: int, every_s: float = 0.2) -> None:

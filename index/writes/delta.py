@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -202,6 +202,15 @@ def contains(delta: Delta, base: StoredIndex, doc_id: str) -> bool:
         return True
     row = base.row_of(doc_id)
     return row is not None and row not in delta.hidden
+
+
+def replayed(base: StoredIndex, changes: Iterable[Change], after: int = 0) -> Delta:
+    """The delta of the logged ``changes`` numbered after ``after`` (``base`` holds the earlier ones)."""
+    delta = Delta()
+    for change in changes:
+        if change.seq > after:
+            delta = apply(delta, base, change, replaying=True)
+    return delta
 
 
 def apply(delta: Delta, base: StoredIndex, change: Change, *, replaying: bool = False) -> Delta:

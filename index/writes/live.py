@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.encoder.base import Encoded
-from densehybrid.index.writes.delta import Delta, UnknownDocument, apply, contains
+from densehybrid.index.writes.delta import Delta, UnknownDocument, apply, contains, replayed
 from densehybrid.index.writes.merged import live_ids, merged_search
 from densehybrid.index.writes.compaction import FoldWorker
 from densehybrid.index.storage.documents import Document
@@ -70,11 +70,8 @@ class LiveIndex(ManifestView, ServedIndex):
         applied = int(base.manifest.get("writes", {}).get("applied_seq", 0))
         self._seq = applied
         if log_ is not None:
-            delta = Delta()
-            for change in log_.recovered:
-                if change.seq > applied:
-                    delta = apply(delta, base, change, replaying=True)
-                self._seq = max(self._seq, change.seq)
+            delta = replayed(base, log_.recovered, applied)
+            self._seq = max([applied, *(change.seq for change in log_.recovered)])
             self._state = replace(self._state, delta=delta)
             if log_.recovered:
                 log.info("replayed %d logged changes (%d after the generation)", len(log_.recovered), delta.changes)
@@ -242,10 +239,7 @@ class LiveIndex(ManifestView, ServedIndex):
                     self._since_rotation = None
                 raise
             with self._write_lock:
-                delta = Delta()
-                for change in self._since_rotation:
-                    delta = apply(delta, base, change, replaying=True)
-                self._state = _State(base, searcher, delta)
+                self._state = _State(base, searcher, replayed(base, self._since_rotation))
                 self._since_rotation = None
             self.log.drop_through(segment)
             self.last_compaction = time.time()

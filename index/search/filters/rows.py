@@ -61,15 +61,11 @@ def _in_range(column: Column, bounds: tuple) -> np.ndarray:
 
 def evaluate(node: Filter, payload: Payload) -> np.ndarray:
     """(N,) bool: the rows of ``payload`` that ``node`` keeps."""
-    if isinstance(node, And):
+    if isinstance(node, (And, Or)):
+        combine = np.logical_and if isinstance(node, And) else np.logical_or
         mask = evaluate(node.parts[0], payload).copy()
         for part in node.parts[1:]:
-            mask &= evaluate(part, payload)
-        return mask
-    if isinstance(node, Or):
-        mask = evaluate(node.parts[0], payload).copy()
-        for part in node.parts[1:]:
-            mask |= evaluate(part, payload)
+            combine(mask, evaluate(part, payload), out=mask)
         return mask
     if isinstance(node, Not):
         return ~evaluate(node.part, payload)
