@@ -32,6 +32,7 @@ from densehybrid.encoder.base import Encoded
 from densehybrid.index.building.build import BuildOptions, build_from_arrays, build_index, passage_text, read_corpus
 from densehybrid.index.building.commands import run_eval
 from densehybrid.index.search.fusion import DEFAULT_METHOD
+from densehybrid.index.search.params import SearchParams
 from densehybrid.index.storage.files import load_index
 
 KINDS: dict[str, EncoderConfig] = {
@@ -106,7 +107,8 @@ def compare(kind: str, data: Path, work: Path, max_drop: float, min_agreement: f
     for precision, path in paths.items():
         index = load_index(path)
         encoder = gate_encoder(kind, precision)
-        outcome = run_eval(index, data / "queries.jsonl", data / "qrels" / "test.tsv", encoder=encoder, depth=100)
+        outcome = run_eval(index, data / "queries.jsonl", data / "qrels" / "test.tsv", encoder=encoder,
+                           params=SearchParams(k=100))
         ndcg[precision] = outcome.metrics["nDCG@10"]
     fp32, int8 = load_index(paths["fp32"]), load_index(paths["int8"])
     agreement = nonzero = None

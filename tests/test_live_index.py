@@ -125,3 +125,15 @@ def test_pending_writes_rank_a_normalised_fusion_index_by_the_lambda_sum(tmp_pat
     got = live.search(queries, SearchParams(k=10, method="zscore"))
     want = Searcher(reference).search(queries, SearchParams(k=10, method="lambda"))
     assert sorted(got.ids[0]) == sorted(want.ids[0])
+
+
+@pytest.mark.parametrize("method", ["lexical", "dense"])
+def test_pending_writes_rank_by_the_one_part_asked_for(tmp_path, method):
+    """A one-part method searches base and added rows with the same part of the query, as a fresh build does."""
+    encoder = FakeEncoder("fusion")
+    base_docs, added = corpus("b", 60, 7), corpus("n", 8, 8)
+    build(encoder, base_docs, tmp_path / "index")
+    live = open_live(encoder, tmp_path / "index", tmp_path / "index.wal")
+    live.upsert(added, *astuple(encode(encoder, added)))
+    reference = build(encoder, base_docs + added, tmp_path / "fresh")
+    check_same(live, reference, encoder, k=10, method=method)

@@ -185,7 +185,7 @@ class Searcher:
                 scores, rows = self._first_stage(xq, gq, params, wider, selection)
         return scores[:, :depth], rows[:, :depth]
 
-    def _part_query(self, xq: np.ndarray, method: str) -> np.ndarray:
+    def part_query(self, xq: np.ndarray, method: str) -> np.ndarray:
         """A one-part method searches with the other part's dims zeroed; the others with ``xq`` as is."""
         if method not in ("lexical", "dense"):
             return xq
@@ -261,7 +261,7 @@ class Searcher:
             return SearchResults(empty(), empty(), empty(), {"search_ms": 0.0, "rerank_ms": 0.0}, *parts,
                                  selectivity=selectivity)
         scaled = self.scale(queries.values, lam)
-        xq = self._part_query(scaled, method)
+        xq = self.part_query(scaled, method)
         gq = queries.gates if self.reranks else None
         second = params.rerank and self.reranks
         ranked = min(n, offset + k)  # the hits a page is cut from

@@ -86,13 +86,15 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     A per-query fusion (``zscore``, ``minmax``, ``adaptive``, ``rrf``) scores each hit relative to the
     base's candidates alone, so it cannot rank delta rows beside them: while changes are pending (until
     the next compaction) a fused index ranks by the raw λ sum, the scoring delta rows share with the base.
-    A ``filter`` applies to the base's search and to the delta rows alike (each by its own columns).
+    A one-part method (``lexical``, ``dense``) ranks base and delta rows by that part alike. A ``filter``
+    applies to the base's search and to the delta rows alike (each by its own columns).
     """
     if delta.empty:
         return searcher.search(queries, params)
     lam, offset, filter = params.lam, params.offset, params.filter
-    if resolve_mix(searcher.index, params)[0] in PER_QUERY_METHODS:
-        lam = searcher.index.lam if lam is None else lam
+    method = resolve_mix(searcher.index, params)[0]
+    if method in PER_QUERY_METHODS:
+        method, lam = "lambda", searcher.index.lam if lam is None else lam
     hidden = len(delta.hidden)
     base = searcher.index
     ranked = offset + params.k  # the merged hits a page is cut from
@@ -100,7 +102,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     found = searcher.search(queries, SearchParams(
         k=min(ranked + hidden, max(base.count, 1)), first_stage=params.first_stage,
         candidates=min(params.candidates + hidden, MAX_CANDIDATES), theta=params.theta, rerank=params.rerank,
-        lam=lam, filter=filter, ef_search=params.ef_search, row_limit=params.row_limit))
+        lam=lam, method=method, filter=filter, ef_search=params.ef_search, row_limit=params.row_limit))
     started = time.perf_counter()
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)
@@ -114,9 +116,10 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     xq = searcher.scale(queries.values, lam)
     gq = queries.gates if searcher.reranks else None
     if len(delta) and (kept is None or len(kept)):  # live rows
-        extra_scores, extra_rows = _delta_hits(searcher, delta, xq, gq, params.first_stage, ranked,
-                                               params.candidates, params.theta, params.rerank and searcher.reranks,
-                                               kept)
+        # a one-part method scores added rows with that part of the query alone, as the base's search does
+        part = searcher.part_query(xq, method)
+        extra_scores, extra_rows = _delta_hits(searcher, delta, part, gq, params.first_stage, ranked, params.candidates,
+                                               params.theta, params.rerank and searcher.reranks, kept)
     ids, scores, rows, lexical, dense = [], [], [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
