@@ -6,6 +6,7 @@ import pytest
 
 from densehybrid.index.building.build import build_from_arrays, encode_passages, passage_text
 from densehybrid.index.storage.documents import Document, DocTable, write_docs, write_docs_folded
+from densehybrid.index.storage import files
 from densehybrid.index.storage.files import load_index
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.storage.payload_fold import folded_payload
@@ -148,7 +149,7 @@ def test_a_format_1_index_folds_into_a_format_2_generation_of_its_kept_and_writt
 
     folded = load_index(compaction.fold(base, delta, tmp_path / "old", applied_seq=3))
     kept = [i for i in range(30) if i not in (3, 29)]
-    assert folded.manifest["format_version"] == 2 and folded.doc_ids == [f"d{i}" for i in kept] + ["new"]
+    assert folded.manifest["format_version"] == files.FORMAT_VERSION and folded.doc_ids == [f"d{i}" for i in kept] + ["new"]
     np.testing.assert_array_equal(folded.values, np.concatenate([xb[kept], values]).astype(np.float16))
     assert [d.id for d in folded.docs.iter_rows()] == folded.doc_ids
 

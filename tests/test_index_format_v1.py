@@ -22,7 +22,7 @@ def write_format_1(directory, count=120, seed=5):
     flat = faiss.IndexFlatIP(spec.dim)
     flat.add(xb)
     faiss.write_index(flat, str(directory / "first_stage.faiss"))
-    files.write_doc_ids(directory, [f"d{i}" for i in range(count)])
+    (directory / "doc_ids.json").write_text(json.dumps([f"d{i}" for i in range(count)]))
     write_docs(directory, [Document(f"d{i}", "", f"text {i}") for i in range(count)])
     files.write_manifest(directory, name="old", spec=spec, count=count, lam=1.0, first_stage={"type": "flat_ip"})
     manifest = json.loads((directory / "manifest.json").read_text())

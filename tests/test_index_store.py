@@ -42,7 +42,8 @@ def test_load_exposes_everything(built):
     assert [d.id for d in index.docs.iter_rows(batch=7)] == index.doc_ids
     manifest = index.manifest
     assert manifest["format_version"] == files.FORMAT_VERSION and manifest["encoder"]["kind"] == "fusion"
-    assert set(manifest["files"]) == {"vectors.faiss", "gates.npy", "doc_ids.json", "docs.sqlite"}
+    assert set(manifest["files"]) == {"vectors.faiss", "gates.npy", "doc_ids.npy", "doc_ids.order.npy",
+                                      "docs.sqlite"}
 
 
 @pytest.mark.parametrize("name", ["vectors.faiss", "gates.npy"])

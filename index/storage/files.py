@@ -9,7 +9,8 @@ Layout of a published index::
     gates.npy       (N, gated_dim) uint8, only for gated kinds
     first_stage.faiss   only for a PQ first stage (IndexPQ)
     first_stage.hnsw.faiss  only for an ``hnsw`` first stage: a graph over 8-bit or float16 codes
-    doc_ids.json    ids in row order
+    doc_ids.npy     ids in row order (fixed-width UTF-8) and doc_ids.order.npy, the rows in id order
+                    (``index.storage.doc_ids``; format 2 and older: doc_ids.json, a JSON list)
     docs.sqlite     table docs(row, id, title, text)
     fields.npz      typed payload columns (``index.payload``), only when the manifest lists ``fields``
 
@@ -21,7 +22,8 @@ the sha256 of every byte is computed when an index is written and checked on dem
 :func:`verify_index` (``densehybrid index verify``).
 
 Format version 1 (``values.npy`` float16 beside a float32 ``first_stage.faiss``) still loads,
-both files memory-mapped; rebuild or re-import it to drop the second copy.
+both files memory-mapped; rebuild or re-import it to drop the second copy. Versions 1 and 2 store
+the ids as ``doc_ids.json``; version 3 as memory-mapped arrays (a fold rewrites them so).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import logging
 import os
 import shutil
 import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 
 import faiss
@@ -42,6 +43,7 @@ from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.engines import hnsw_engine
+from densehybrid.index.storage import doc_ids as ids_file
 from densehybrid.index.storage.compatibility import check_compatible, check_identity_files  # noqa: F401 (their old home)
 from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
@@ -52,19 +54,17 @@ from densehybrid.index.storage.vectors import MMAP, VECTORS, VectorFileError, op
 log = logging.getLogger(__name__)
 
 FORMAT = "densehybrid-index"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 VALUES = "values.npy"
 GATES = "gates.npy"
 FIRST_STAGE = "first_stage.faiss"
-DOC_IDS = "doc_ids.json"
+DOC_IDS = ids_file.LEGACY_JSON  # formats 1 and 2
 _OWN_FIRST_STAGE = ("flat_ip", "hnsw")  # first stages of format 2 with no first_stage.faiss
 # -- writing -----------------------------------------------------------------------------
 
-def write_doc_ids(directory: Path, doc_ids: Sequence[str]) -> None:
-    # dumps, not dump: one pass of the C encoder (dump streams through the Python one, 4x slower at 1M ids)
-    (directory / DOC_IDS).write_text(json.dumps(list(doc_ids), ensure_ascii=False, separators=(",", ":")), "utf-8")
+write_doc_ids = ids_file.write  # the ids in row order: str, or stored keys (a fold copies them as they are)
 
 
 def write_faiss(directory: Path, index: faiss.Index) -> None:
@@ -157,7 +157,8 @@ def required_files(manifest: dict) -> set[str]:
         vectors = {VALUES, FIRST_STAGE}
     else:
         vectors = {VECTORS} | ({FIRST_STAGE} if manifest["first_stage"].get("type") not in _OWN_FIRST_STAGE else set())
-    return vectors | {DOC_IDS, DOCS} | ({GATES} if manifest["gated_dim"] else set())
+    ids = {DOC_IDS} if manifest["format_version"] < 3 else {ids_file.IDS, ids_file.ORDER}
+    return vectors | ids | {DOCS} | ({GATES} if manifest["gated_dim"] else set())
 
 
 def verify_files(directory: Path, manifest: dict, *, checksums: bool = False) -> None:
@@ -211,15 +212,6 @@ def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> faiss.In
         raise _fail(path, str(exc)) from exc
 
 
-def _load_doc_ids(path: Path, count: int) -> list[str]:
-    try:
-        doc_ids = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(path, f"unreadable id list ({exc})") from exc
-    if not isinstance(doc_ids, list) or len(doc_ids) != count:
-        raise _fail(path, f"expected a list of {count} ids")
-    return doc_ids
-
 
 def _open_docs(path: Path, count: int) -> DocTable:
     try:
@@ -261,7 +253,7 @@ def verify_index(path: str | os.PathLike) -> dict:
     directory = Path(path)
     manifest = read_manifest(directory)
     verify_files(directory, manifest, checksums=True)
-    load_index(directory)
+    ids_file.check(directory, load_index(directory).doc_ids)
     return manifest
 
 
@@ -289,7 +281,7 @@ def load_index(path: str | os.PathLike, *, checksums: bool = False) -> IndexFile
     gates = _load_array(directory / GATES, "uint8", (count, gated)) if gated else None
     index = IndexFiles(
         path=directory, manifest=manifest, spec=spec,
-        doc_ids=_load_doc_ids(directory / DOC_IDS, count),
+        doc_ids=ids_file.load(directory, count, legacy=manifest["format_version"] < 3),
         values=values, gates=gates,
         faiss=first_stage,
         docs=_open_docs(directory / DOCS, count),

@@ -10,6 +10,7 @@ import faiss
 import numpy as np
 
 from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
@@ -28,14 +29,13 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     path: Path
     manifest: dict
     spec: EncoderSpec
-    doc_ids: list[str]
+    doc_ids: DocIds  # reads like a list of str; the id lookup searches its stored order
     values: np.ndarray
     gates: np.ndarray | None
     faiss: faiss.Index
     docs: DocTable
     payload: Payload | None = None
     ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
-    _id_lookup: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _searcher: Searcher | None = field(default=None, repr=False)
 
     remote = False
@@ -45,26 +45,9 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     def first_stage_kind(self) -> str:
         return "hnsw" if self.ann is not None else faiss_engine.first_stage_description(self.faiss)
 
-    def _ids_sorted(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the ids as one numpy string array, the row order that sorts them), built on first use: at a
-        million rows a dict of ids took several times the memory and its build held the GIL for most of a
-        second, where numpy sorts outside it."""
-        if self._id_lookup is None:
-            ids = np.array(self.doc_ids, dtype=str)
-            self._id_lookup = ids, np.argsort(ids, kind="stable")
-        return self._id_lookup
-
     def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
         """(n,) int64: the row of each id, -1 for an id the index does not hold (one vectorised lookup)."""
-        ids, order = self._ids_sorted()
-        wanted = np.array(list(doc_ids), dtype=str)
-        if not len(ids) or not len(wanted):
-            return np.full(len(wanted), -1, np.int64)
-        first = np.searchsorted(ids, wanted, side="left", sorter=order).tolist()
-        last = np.searchsorted(ids, wanted, side="right", sorter=order).tolist()
-        # numpy strings drop trailing NULs ("a" and "a\x00" sort as one): the stored ids decide among equals
-        return np.array([next((r for r in order[a:b].tolist() if self.doc_ids[r] == d), -1)
-                         for a, b, d in zip(first, last, doc_ids)], np.int64)
+        return self.doc_ids.rows_of(doc_ids)
 
     def row_of(self, doc_id: str) -> int | None:
         row = int(self.rows_of([doc_id])[0])

@@ -36,6 +36,7 @@ from densehybrid.index.building import shards
 from densehybrid.index.building.first_stage import write_vectors_and_first_stage
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
 from densehybrid.index.storage.documents import write_docs_folded
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.storage.payload_fold import folded_payload
@@ -67,11 +68,9 @@ def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray |
         yield added
 
 
-def _kept_ids(doc_ids, runs: list[tuple[int, int]]) -> list[str]:
-    out: list[str] = []
-    for start, stop in runs:
-        out.extend(doc_ids[start:stop])
-    return out
+def _kept_ids(doc_ids: DocIds, runs: list[tuple[int, int]], added: list[str]) -> np.ndarray:
+    """The stored keys of the kept runs, then the added ids': copied as arrays, never decoded."""
+    return np.concatenate([doc_ids.keys[start:stop] for start, stop in runs] + [encode_ids(added)])
 
 
 def _fsync_tree(directory: Path) -> None:
@@ -86,7 +85,7 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it).
 
     Everything is copied in bulk, never row by row in Python: the vectors (and gates) in large blocks
-    of the memory-mapped stored copy, the texts by SQLite from table to table, the ids as list slices
+    of the memory-mapped stored copy, the texts by SQLite from table to table, the ids as slices of their stored array
     and the payload as columns. Only the written rows pass through Python objects."""
     out = Path(out)
     work = shards.work_dir(out)
@@ -108,7 +107,7 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
                                                 pq=_pq_config(base.manifest["first_stage"]), ann=ann)
     if spec.gated_dim:
         shards.write_rows(staged / files.GATES, _blocks(base.gates, runs, gates), (count, spec.gated_dim), np.uint8)
-    files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs) + [d.id for d in written])
+    files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs, [d.id for d in written]))
     write_docs_folded(staged, base.docs.path, dropped, written)
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
