@@ -3,7 +3,11 @@
 :func:`write_ann` takes the index's vectors (the stored copy, ``vectors.faiss`` memory-mapped, or any
 (N, dim) float array) and writes ``first_stage.hnsw.faiss`` beside them; the build, an import and a
 compaction call it the same way (through ``index.building.first_stage``). The vectors are read in chunks, so the only copy in memory is the
-graph itself. The graph's links depend on the order threads insert rows, so two builds of the same
+graph itself. A fold calls :func:`fold_ann` instead: it adds the written rows to the base's graph,
+and the base rows the fold drops stay in the graph as dead nodes (``first_stage.hnsw.rows.npy`` maps
+each node to its row, -1 for a dead one, and searches never return those), until they pass
+``MAX_DEAD_FRACTION`` of the nodes or a written row is longer than the graph's augmentation allows:
+then the graph is built anew. The graph's links depend on the order threads insert rows, so two builds of the same
 vectors give graphs that differ slightly (their searches agree on all but a few candidates).
 """
 
@@ -19,11 +23,14 @@ import numpy as np
 from dataclasses import replace
 
 from densehybrid.index.engines.faiss_engine import train_sample
-from densehybrid.index.engines.hnsw_engine import ANN_FILE, ENCODINGS, HNSWConfig, augment_rows
+from densehybrid.index.engines.hnsw_engine import ANN_FILE, ENCODINGS, NODE_ROWS, HNSWConfig, augment_rows
 
 log = logging.getLogger(__name__)
 
 _ADD_ROWS = 65_536
+# dead nodes are still walked through (only never returned): past this share a walk does that much
+# more work for the same candidates, and the graph is rebuilt (an estimate, not measured)
+MAX_DEAD_FRACTION = 0.2
 
 
 def new_hnsw(dim: int, config: HNSWConfig) -> faiss.Index:
@@ -66,3 +73,31 @@ def write_ann(xb: np.ndarray, directory: str | Path, config: HNSWConfig = HNSWCo
     log.info("hnsw first stage of %d rows (m=%d, %s codes) written in %.1f s: %.1f MB", len(xb), config.m,
              config.encoding, time.perf_counter() - started, path.stat().st_size / 1e6)
     return config.to_dict()
+
+
+def folded_nodes(base_nodes: np.ndarray, new_row_of: np.ndarray, count: int) -> np.ndarray:
+    """(nodes,) int64: the base graph's nodes (``base_nodes``: node -> base row, -1 dead) mapped through
+    ``new_row_of`` (base row -> new row, -1 dropped), then one node for each added row up to ``count``."""
+    kept = np.where(base_nodes >= 0, new_row_of[np.maximum(base_nodes, 0)], -1)
+    return np.concatenate([kept, np.arange(int((new_row_of >= 0).sum()), count, dtype=np.int64)])
+
+
+def fold_ann(values: np.ndarray, directory: Path, base_directory: Path, nodes: np.ndarray, first_added: int,
+             config: HNSWConfig) -> dict:
+    """The folded generation's graph in ``directory``: the base's (in ``base_directory``) with the rows
+    ``values[first_added:]`` added, or built anew (see the module docstring). ``values``: the new (N, dim)
+    rows; ``nodes``: :func:`folded_nodes`. Returns the manifest's ``first_stage`` record."""
+    added = values[first_added:]
+    if np.mean(nodes < 0) > MAX_DEAD_FRACTION or (len(added) and max_norm2(added) > config.max_norm2):
+        return write_ann(values, directory, config)
+    started = time.perf_counter()
+    index = faiss.read_index(str(Path(base_directory) / ANN_FILE))  # read in whole: rows are added to it
+    for s in range(0, len(added), _ADD_ROWS):
+        index.add(augment_rows(added[s:s + _ADD_ROWS], config.max_norm2))
+    faiss.write_index(index, str(Path(directory) / ANN_FILE))
+    log.info("hnsw first stage: %d rows added to the graph of %d nodes (%d dead) in %.1f s", len(added),
+             len(nodes) - len(added), int(np.sum(nodes < 0)), time.perf_counter() - started)
+    if np.array_equal(nodes, np.arange(len(values))):  # nothing dropped yet: nodes are rows
+        return config.to_dict()
+    np.save(Path(directory) / NODE_ROWS, nodes, allow_pickle=False)
+    return {**config.to_dict(), "node_rows": NODE_ROWS, "nodes": len(nodes)}

@@ -9,7 +9,9 @@ inner-product order of the originals (every row has the same augmented norm). It
 query's ``ef_search`` best from the graph and scores them again exactly against ``values`` (the
 index's one stored copy, ``vectors.faiss`` memory-mapped, that the rerank reads too), so every score a search reports is exact and only the
 candidate set is approximate. A filter that keeps few rows is answered exactly over those rows
-(a graph search would visit mostly rows it must skip).
+(a graph search would visit mostly rows it must skip). After a fold added rows to the graph instead of
+rebuilding it, its nodes are no longer the rows: ``node_rows`` maps them (-1 for a row the fold
+dropped, which the walk passes through but never returns).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import numpy as np
 
 from densehybrid.index.engines.faiss_engine import exact_over, search as faiss_search
 from densehybrid.index.engines.host import HostRows
-from densehybrid.index.errors import SearchError
+from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search import gip
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.vector_store import VectorStore
 
 ANN_FILE = "first_stage.hnsw.faiss"
+NODE_ROWS = "first_stage.hnsw.rows.npy"  # node -> row, only once a fold has dropped rows from the graph
 ENCODINGS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "fp16": faiss.ScalarQuantizer.QT_fp16}
 # a filter keeping at most this many rows, or this fraction of them, is searched exactly over its rows:
 # a scan of 20k rows costs about what a graph walk does, and below 5% the walk meets mostly rows it
@@ -86,6 +89,12 @@ def read_ann(path: Path, count: int, dim: int) -> faiss.Index:
     return index
 
 
+def check_node_rows(path: Path, node_rows: np.ndarray | None, count: int) -> None:
+    """The full check of a node -> row map (reads it): its live nodes are the ``count`` rows, one each."""
+    if node_rows is not None and not np.array_equal(np.sort(node_rows[node_rows >= 0]), np.arange(count)):
+        raise IndexLoadError(f"{path}: its live nodes are not the index's {count} rows, one each")
+
+
 def augment_rows(xb: np.ndarray, max_norm2: float) -> np.ndarray:
     """(N, dim) rows -> (N, dim + 1) float32 whose L2 neighbours of :func:`augment_queries` are the top inner products."""
     xb = np.asarray(xb, dtype=np.float32)
@@ -115,13 +124,16 @@ def searched_exactly(selection: Selection | None) -> bool:
 
 class HnswStore(HostRows, VectorStore):
     """HNSW candidates, exact scores: ``hnsw`` (an IndexHNSW over the N rows), values (N, dim) float16 or
-    float32, the stored copy memory-mapped, gates (N, G) uint8 or None; ``ef_search`` the default graph breadth per query."""
+    float32, the stored copy memory-mapped, gates (N, G) uint8 or None; ``ef_search`` the default graph breadth per query;
+    ``node_rows`` (nodes,) int64 the row of each graph node, -1 dead (None: node i is row i)."""
 
     first_stage = "hnsw"
 
-    def __init__(self, hnsw: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, ef_search: int):
+    def __init__(self, hnsw: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, ef_search: int,
+                 node_rows: np.ndarray | None = None):
         super().__init__(values, gates, doc_ids)
-        self.hnsw, self.ef_search = hnsw, ef_search
+        self.hnsw, self.ef_search, self.node_rows = hnsw, ef_search, node_rows
+        self._live = None if node_rows is None else np.asarray(node_rows) >= 0
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -137,8 +149,16 @@ class HnswStore(HostRows, VectorStore):
         if selection is not None:  # a walk meets kept rows at their rate: widen it as much to find as many
             breadth = min(MAX_EF_SEARCH, int(np.ceil(breadth / selection.fraction)))
         params = faiss.SearchParametersHNSW(efSearch=breadth)
-        if selection is not None:
-            bits = np.packbits(selection.mask, bitorder="little")
-            params.sel = faiss.IDSelectorBitmap(len(selection.mask), faiss.swig_ptr(bits))  # bits outlive the search
-        _, rows = faiss_search(self.hnsw, augment_queries(xq), breadth, params)
+        returned = self._returned_nodes(selection)
+        if returned is not None:
+            bits = np.packbits(returned, bitorder="little")
+            params.sel = faiss.IDSelectorBitmap(len(returned), faiss.swig_ptr(bits))  # bits outlive the search
+        _, nodes = faiss_search(self.hnsw, augment_queries(xq), breadth, params)
+        rows = nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)
         return rescore(xq, self.values, rows, depth)
+
+    def _returned_nodes(self, selection: Selection | None) -> np.ndarray | None:
+        """(nodes,) bool: the nodes a walk may return (None: all of them), the live ones of the kept rows."""
+        if self.node_rows is None:
+            return None if selection is None else selection.mask
+        return self._live if selection is None else self._live & selection.mask[np.maximum(self.node_rows, 0)]

@@ -167,6 +167,7 @@ def verify_files(directory: Path, manifest: dict, *, checksums: bool = False) ->
     required = required_files(manifest)
     required |= {PAYLOAD} if manifest.get("fields") else set()
     required |= {hnsw_engine.ANN_FILE} if hnsw_engine.is_hnsw(manifest["first_stage"]) else set()
+    required |= {hnsw_engine.NODE_ROWS} if manifest["first_stage"].get("node_rows") else set()
     missing = sorted(required - set(listed))
     if missing:
         raise _fail(directory / MANIFEST, f"does not list required files {missing}")
@@ -201,13 +202,17 @@ def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
     return index
 
 
-def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> faiss.Index | None:
+def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> tuple[faiss.Index | None, np.ndarray | None]:
+    """-> (the graph of an hnsw first stage, searched beside the exact rows, its node -> row map or None)."""
     path = directory / hnsw_engine.ANN_FILE
     if not hnsw_engine.is_hnsw(manifest["first_stage"]):
-        return None
-    try:  # the graph of an hnsw first stage, searched beside the exact rows
+        return None, None
+    nodes = None
+    if manifest["first_stage"].get("node_rows"):  # folds added rows to the graph and dropped some
+        nodes = _load_array(directory / hnsw_engine.NODE_ROWS, "int64", (int(manifest["first_stage"]["nodes"]),))
+    try:
         hnsw_engine.HNSWConfig.from_dict(manifest["first_stage"])
-        return hnsw_engine.read_ann(path, count, dim)
+        return hnsw_engine.read_ann(path, count if nodes is None else len(nodes), dim), nodes
     except (TypeError, ValueError) as exc:
         raise _fail(path, str(exc)) from exc
 
@@ -253,7 +258,9 @@ def verify_index(path: str | os.PathLike) -> dict:
     directory = Path(path)
     manifest = read_manifest(directory)
     verify_files(directory, manifest, checksums=True)
-    ids_file.check(directory, load_index(directory).doc_ids)
+    index = load_index(directory)
+    ids_file.check(directory, index.doc_ids)
+    hnsw_engine.check_node_rows(directory / hnsw_engine.NODE_ROWS, index.ann_rows, index.count)
     return manifest
 
 
@@ -286,7 +293,7 @@ def load_index(path: str | os.PathLike, *, checksums: bool = False) -> IndexFile
         faiss=first_stage,
         docs=_open_docs(directory / DOCS, count),
         payload=_load_payload(directory, manifest, count),
-        ann=_load_ann(directory, manifest, count, dim),
     )
+    index.ann, index.ann_rows = _load_ann(directory, manifest, count, dim)
     log.info("loaded index %s: %d documents, kind %s, dim %d (gated %d)", index.name, count, spec.kind, dim, gated)
     return index

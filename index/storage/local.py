@@ -36,6 +36,7 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     docs: DocTable
     payload: Payload | None = None
     ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
+    ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
     _searcher: Searcher | None = field(default=None, repr=False)
 
     remote = False
@@ -79,7 +80,8 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
             if self.ann is not None:
                 ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
-                return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search)
+                return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search,
+                                             self.ann_rows)
             return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
         half = on_gpu if float16 is None else float16
         return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)

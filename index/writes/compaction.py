@@ -32,7 +32,7 @@ from densehybrid.index import errors
 
 from densehybrid.index.storage import files
 
-from densehybrid.index.building import shards
+from densehybrid.index.building import ann, shards
 from densehybrid.index.building.first_stage import write_vectors_and_first_stage
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.storage.local import IndexFiles
@@ -40,6 +40,7 @@ from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
 from densehybrid.index.storage.documents import write_docs_folded
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.storage.payload_fold import folded_payload
+from densehybrid.index.storage.vectors import VECTORS, open_vectors
 from densehybrid.index.writes.wal import fsync_directory
 
 _BLOCK_ROWS = 65_536  # rows copied at a time: a few MB, in large sequential reads of the stored copy
@@ -81,6 +82,17 @@ def _fsync_tree(directory: Path) -> None:
     fsync_directory(directory)
 
 
+def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
+    """The base's graph with the written rows added, its dropped rows dead nodes (or built anew, as the
+    base's was: ``ann.fold_ann``) -> the manifest's ``first_stage`` record."""
+    new_row_of = np.full(base.count, -1, np.int64)
+    new_row_of[keep] = np.arange(len(keep))
+    base_nodes = np.arange(base.ann.ntotal) if base.ann_rows is None else np.asarray(base.ann_rows)
+    _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
+    return ann.fold_ann(values, staged, base.path, ann.folded_nodes(base_nodes, new_row_of, count), len(keep),
+                        hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]))
+
+
 def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it).
 
@@ -98,20 +110,19 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     count = base.count - len(dropped) + len(written)
     spec = base.spec
     values_dtype = str(base.values.dtype)
-    # an hnsw base gets the graph of the new rows, built as the base's was
-    ann = hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]) if hnsw_engine.is_hnsw(
-        base.manifest["first_stage"]) else None
+    keep = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs] or [np.empty(0, np.int64)])
     added = None if values is None else np.asarray(values, dtype=values_dtype)
     first_stage = write_vectors_and_first_stage(staged, _blocks(base.values, runs, added), count=count,
                                                 dim=spec.dim, values_dtype=values_dtype,
-                                                pq=_pq_config(base.manifest["first_stage"]), ann=ann)
+                                                pq=_pq_config(base.manifest["first_stage"]))
+    if hnsw_engine.is_hnsw(base.manifest["first_stage"]):
+        first_stage = _folded_graph(base, staged, keep, count)
     if spec.gated_dim:
         shards.write_rows(staged / files.GATES, _blocks(base.gates, runs, gates), (count, spec.gated_dim), np.uint8)
     files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs, [d.id for d in written]))
     write_docs_folded(staged, base.docs.path, dropped, written)
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
-        keep = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs] or [np.empty(0, np.int64)])
         added_fields = Payload.from_rows(schema, [d.fields for d in written])
         folded_payload(schema, base.payload, keep, added_fields).write(staged)
     extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}

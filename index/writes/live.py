@@ -232,7 +232,7 @@ class LiveIndex(ManifestView, ServedIndex):
             try:
                 self._folder.fold(state.base.path, self.log.directory, segment, seq)
                 base = load_index(state.base.path)
-                base.contains("")  # builds its id lookup now, not under the write lock below
+                base.contains("")  # an id list of format 2 sorts its lookup now, not under the write lock below
                 searcher = self._make_searcher(base)
             except BaseException:
                 with self._write_lock:  # the rotated segments stay; they are folded next time
