@@ -31,7 +31,7 @@ def test_ids_round_trip_exactly_and_the_lookup_agrees_with_a_dict(tmp_path):
     assert isinstance(stored.keys, np.memmap) and isinstance(stored.order, np.memmap)
     assert list(stored) == ids and stored == ids and stored[5] == ids[5] and stored[-3:] == ids[-3:]
     row = {d: r for r, d in enumerate(ids)}
-    wanted = ids[::7] + ["a\x00\x00\x00", "missing", "x" * 301, "x" * 299, "é-"]
+    wanted = ids[::7] + ["a\x00\x00\x00", "missing", "x" * 301, "x" * 299, "é-", "\ud800"]
     np.testing.assert_array_equal(stored.rows_of(wanted), [row.get(d, -1) for d in wanted])
     assert stored.rows_of([]).shape == (0,)
     doc_ids.check(tmp_path, stored)

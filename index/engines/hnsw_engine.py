@@ -134,6 +134,7 @@ class HnswStore(HostRows, VectorStore):
         super().__init__(values, gates, doc_ids)
         self.hnsw, self.ef_search, self.node_rows = hnsw, ef_search, node_rows
         self._live = None if node_rows is None else np.asarray(node_rows) >= 0
+        self._live_bits = None if node_rows is None else np.packbits(self._live, bitorder="little")  # the common case
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +152,7 @@ class HnswStore(HostRows, VectorStore):
         params = faiss.SearchParametersHNSW(efSearch=breadth)
         returned = self._returned_nodes(selection)
         if returned is not None:
-            bits = np.packbits(returned, bitorder="little")
+            bits = self._live_bits if returned is self._live else np.packbits(returned, bitorder="little")
             params.sel = faiss.IDSelectorBitmap(len(returned), faiss.swig_ptr(bits))  # bits outlive the search
         _, nodes = faiss_search(self.hnsw, augment_queries(xq), breadth, params)
         rows = nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)

@@ -28,13 +28,14 @@ _END = b"\xff"
 
 def encode(doc_ids: Iterable[str]) -> np.ndarray:
     """(N,) fixed-width bytes: each id's UTF-8 and the end mark (the layout of ``doc_ids.npy``)."""
-    keys = np.array([d.encode("utf-8") + _END for d in doc_ids], dtype=bytes)
+    # surrogatepass: a JSON request may carry a lone surrogate ("\ud800"); it must look up as missing, not fail
+    keys = np.array([d.encode("utf-8", "surrogatepass") + _END for d in doc_ids], dtype=bytes)
     return keys if len(keys) else np.empty(0, "S1")
 
 
 def _decode(key: bytes) -> str:
     # numpy hands back the stored bytes, end mark included (it is never a NUL, so nothing was dropped)
-    return key[:-1].decode("utf-8")
+    return key[:-1].decode("utf-8", "surrogatepass")
 
 
 class DocIds(Sequence[str]):
