@@ -57,7 +57,7 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
     encoder = _load_encoder(settings, index)
     if index is not None:
         from densehybrid.index.errors import IndexAccessError
-        from densehybrid.index.storage.files import check_compatible
+        from densehybrid.index.storage.compatibility import check_compatible
 
         try:
             check_compatible(index.spec, encoder.spec)

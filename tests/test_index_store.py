@@ -14,7 +14,8 @@ from densehybrid.index import errors
 from densehybrid.index.storage import files
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
-from densehybrid.index.storage.files import check_compatible, load_index, verify_index
+from densehybrid.index.storage.compatibility import check_compatible
+from densehybrid.index.storage.files import load_index, verify_index
 
 from support.fake_encoder import FakeEncoder
 

@@ -17,7 +17,8 @@ from densehybrid.index.search import gip
 from densehybrid.index.storage import milvus, milvus_export
 from densehybrid.index.engines.milvus_engine import rerank_fetched
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
-from densehybrid.index.storage.files import check_compatible, load_index
+from densehybrid.index.storage.compatibility import check_compatible
+from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings

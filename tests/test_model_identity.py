@@ -11,7 +11,8 @@ from densehybrid.encoder.model_dir import identity_files
 from densehybrid.index.building import commands
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexMismatchError
-from densehybrid.index.storage.files import MANIFEST, check_compatible, load_index
+from densehybrid.index.storage.compatibility import check_compatible
+from densehybrid.index.storage.files import MANIFEST, load_index
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ from densehybrid.encoder.base import SCALED_KINDS, Encoder
 from densehybrid.encoder.batches import encode_in_batches
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
-from densehybrid.index.storage.files import check_compatible
+from densehybrid.index.storage.compatibility import check_compatible
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.mix import resolve_method

@@ -44,7 +44,6 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.engines import hnsw_engine
 from densehybrid.index.storage import doc_ids as ids_file
-from densehybrid.index.storage.compatibility import check_compatible, check_identity_files  # noqa: F401 (their old home)
 from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
 from densehybrid.index.storage.local import IndexFiles
@@ -65,10 +64,6 @@ _OWN_FIRST_STAGE = ("flat_ip", "hnsw")  # first stages of format 2 with no first
 # -- writing -----------------------------------------------------------------------------
 
 write_doc_ids = ids_file.write  # the ids in row order: str, or stored keys (a fold copies them as they are)
-
-
-def write_faiss(directory: Path, index: faiss.Index) -> None:
-    faiss.write_index(index, str(directory / FIRST_STAGE))
 
 
 # the entries write_manifest computes itself; every other entry (lambda, build, fusion, prompts, ...) is the
