@@ -167,8 +167,7 @@ def search(
     except _KNOWN_ERRORS as exc:
         fail(exc)
     table = Table("rank", "id", "score", "snippet", title=f"{index.name} ({index.spec.kind}, {index.count} passages)")
-    for rank, (doc, doc_id, score) in enumerate(zip(index.docs.get_many(found.results.ids[0]), found.results.ids[0],
-                                                    found.results.scores[0]), 1):
+    for rank, (doc, doc_id, score) in enumerate(zip(index.docs.get_many(found.ids[0]), found.ids[0], found.scores[0]), 1):
         text = "" if doc is None else f"{doc.title} {doc.text}".strip()
         table.add_row(str(rank), doc_id, f"{score:.4f}", text[:100] + ("…" if len(text) > 100 else ""))
     console.print(table)

@@ -355,7 +355,7 @@ def test_cli_search_and_eval_encode_queries_after_the_prompt(prompted):
     encoder, index_dir, _ = prompted
     index = load_index(index_dir)
     queries = ["dense retrieval latency", "bm25 baseline"]
-    found = commands.search_texts(encoder, Searcher(index), queries, SearchParams(k=4)).results
+    found = commands.search_texts(encoder, Searcher(index), queries, SearchParams(k=4))
     want = Searcher(index).search(encoder.encode(["query: " + q for q in queries], "query"), SearchParams(k=4))
     assert found.ids == want.ids
     np.testing.assert_allclose(found.scores, want.scores, rtol=1e-6)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from densehybrid.encoder.base import SCALED_KINDS, Encoder
+from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder
 from densehybrid.encoder.batches import encode_in_batches
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
@@ -45,32 +46,39 @@ def encoder_for_index(index: IndexFiles, config: EncoderConfig = EncoderConfig()
     return encoder
 
 
-@dataclass
-class TimedResults:
-    results: SearchResults
-    timing: dict[str, float] = field(default_factory=dict)
-
-
-def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], params: SearchParams = SearchParams(), *,
-                 batch_size: int = 64) -> TimedResults:
-    """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
+def _search_batches(searcher: Searcher, batches: Iterable[Encoded], params: SearchParams,
+                    timing: dict[str, float]) -> SearchResults:
+    """Search each batch of encoded queries in turn; the results' timing is ``timing`` plus the summed
+    search_ms/rerank_ms."""
     ids, scores, rows = [], [], []
-    timing = {"encode_ms": 0.0, "search_ms": 0.0, "rerank_ms": 0.0}
-    prompt = searcher.index.prompts.for_role("query")  # the index's query prompt, as /search applies it
-    batches = encode_in_batches(encoder, [prompt + text for text in texts], "query", batch_size)
-    while True:
-        start = time.perf_counter()
-        batch = next(batches, None)
-        timing["encode_ms"] += (time.perf_counter() - start) * 1000
-        if batch is None:
-            break
-        found = searcher.search(batch.encoded, params)
+    timing |= {"search_ms": 0.0, "rerank_ms": 0.0}
+    for encoded in batches:
+        found = searcher.search(encoded, params)
         ids += found.ids
         scores += found.scores
         rows += found.rows
         for key in ("search_ms", "rerank_ms"):
             timing[key] += found.timing[key]
-    return TimedResults(SearchResults(ids, scores, rows, dict(timing)), timing)
+    return SearchResults(ids, scores, rows, timing)
+
+
+def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], params: SearchParams = SearchParams(), *,
+                 batch_size: int = 64) -> SearchResults:
+    """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
+    timing = {"encode_ms": 0.0}
+    prompt = searcher.index.prompts.for_role("query")  # the index's query prompt, as /search applies it
+    batches = encode_in_batches(encoder, [prompt + text for text in texts], "query", batch_size)
+
+    def encoded() -> Iterator[Encoded]:  # each batch encoded when the search before it is done, and timed
+        while True:
+            start = time.perf_counter()
+            batch = next(batches, None)
+            timing["encode_ms"] += (time.perf_counter() - start) * 1000
+            if batch is None:
+                return
+            yield batch.encoded
+
+    return _search_batches(searcher, encoded(), params, timing)
 
 
 @dataclass
@@ -94,7 +102,7 @@ def run_eval(index: IndexFiles, queries_path: Path, qrels_path: Path, *, encoder
         tag = "bm25"
     else:
         found = search_texts(encoder, Searcher(index, device=device), texts, params)
-        ids, scores, timing = found.results.ids, found.results.scores, found.timing
+        ids, scores, timing = found.ids, found.scores, found.timing
         tag = f"densehybrid-{index.spec.kind}"
     if run_path is not None:
         evaluate.write_trec_run(run_path, qids, ids, scores, tag)
@@ -150,13 +158,7 @@ def fusion_comparison(index: IndexFiles, queries_path: Path, qrels_path: Path, *
     searcher = Searcher(index, device=device)
     rows: dict[str, EvalOutcome] = {}
     for method in COMPARED_METHODS:
-        ids, scores, timing = [], [], {"encode_ms": encode_ms, "search_ms": 0.0, "rerank_ms": 0.0}
-        for encoded in batches:
-            found = searcher.search(encoded, params.but(method=method))
-            ids += found.ids
-            scores += found.scores
-            for key in ("search_ms", "rerank_ms"):
-                timing[key] += found.timing[key]
-        metrics = evaluate.evaluate(evaluate.to_run(qids, ids, scores), qrels)
-        rows[method] = EvalOutcome(metrics, len(qids), timing)
+        found = _search_batches(searcher, batches, params.but(method=method), {"encode_ms": encode_ms})
+        metrics = evaluate.evaluate(evaluate.to_run(qids, found.ids, found.scores), qrels)
+        rows[method] = EvalOutcome(metrics, len(qids), found.timing)
     return rows
