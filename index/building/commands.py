@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,20 +65,10 @@ def _search_batches(searcher: Searcher, batches: Iterable[Encoded], params: Sear
 def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], params: SearchParams = SearchParams(), *,
                  batch_size: int = 64) -> SearchResults:
     """Encode and search ``texts`` in batches; timing sums encode_ms/search_ms/rerank_ms over batches."""
-    timing = {"encode_ms": 0.0}
     prompt = searcher.index.prompts.for_role("query")  # the index's query prompt, as /search applies it
-    batches = encode_in_batches(encoder, [prompt + text for text in texts], "query", batch_size)
-
-    def encoded() -> Iterator[Encoded]:  # each batch encoded when the search before it is done, and timed
-        while True:
-            start = time.perf_counter()
-            batch = next(batches, None)
-            timing["encode_ms"] += (time.perf_counter() - start) * 1000
-            if batch is None:
-                return
-            yield batch.encoded
-
-    return _search_batches(searcher, encoded(), params, timing)
+    start = time.perf_counter()
+    batches = [b.encoded for b in encode_in_batches(encoder, [prompt + text for text in texts], "query", batch_size)]
+    return _search_batches(searcher, batches, params, {"encode_ms": (time.perf_counter() - start) * 1000})
 
 
 @dataclass
