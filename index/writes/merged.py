@@ -24,11 +24,11 @@ from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.writes.delta import Delta
 
 
-def _delta_first_stage(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str,
-                       theta: float) -> np.ndarray:
+def _delta_first_stage(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None,
+                       params: SearchParams) -> np.ndarray:
     """(Q, rows) first-stage scores of every delta row (dead ones too), as the base's first stage scores its rows."""
-    if first_stage == "approx_gip":
-        scores, rows = gip.approx_topk(xq, gq, delta.values16, delta.gates if searcher.reranks else None, theta,
+    if params.first_stage == "approx_gip":
+        scores, rows = gip.approx_topk(xq, gq, delta.values16, delta.gates if searcher.reranks else None, params.theta,
                                        delta.rows)
         out = np.empty_like(scores)
         np.put_along_axis(out, rows, scores, 1)
@@ -55,21 +55,20 @@ def top_by_score(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarr
     return out_scores, out_rows
 
 
-def _delta_hits(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, first_stage: str, k: int,
-                candidates: int, theta: float, second: bool,
+def _delta_hits(searcher: Searcher, delta: Delta, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, k: int,
                 kept: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, delta rows) (Q, m) of the live delta rows, two stages like the base: the top ``candidates``
     of the first stage, reranked by exact GIP (on float16 values, as a stored generation holds them);
     without the second stage, the first stage's top ``k``. ``kept``: the rows a filter keeps (None: all)."""
-    scores = _delta_first_stage(searcher, delta, xq, gq, first_stage, theta)
+    scores = _delta_first_stage(searcher, delta, xq, gq, params)
     live = delta.live_rows if kept is None else np.intersect1d(delta.live_rows, kept)
     if delta.dead or kept is not None:
         scores = scores[:, live]
     rows = np.broadcast_to(live, scores.shape)
-    if not second:  # only the delta's own top k can reach the merged top k
+    if not (params.rerank and searcher.reranks):  # only the delta's own top k can reach the merged top k
         return top_by_score(scores, np.ascontiguousarray(rows), k)
-    if candidates < len(live):
-        scores, rows = top_by_score(scores, np.ascontiguousarray(rows), candidates)
+    if params.candidates < len(live):
+        scores, rows = top_by_score(scores, np.ascontiguousarray(rows), params.candidates)
     return gip.score_rows(xq, gq, delta.values16, delta.gates, np.ascontiguousarray(rows)), rows
 
 
@@ -98,11 +97,11 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     hidden = len(delta.hidden)
     base = searcher.index
     ranked = offset + params.k  # the merged hits a page is cut from
-    # the base's search ranks by the raw λ sum from its first hit: the page is cut after the merge
-    found = searcher.search(queries, SearchParams(
-        k=min(ranked + hidden, max(base.count, 1)), first_stage=params.first_stage,
-        candidates=min(params.candidates + hidden, MAX_CANDIDATES), theta=params.theta, rerank=params.rerank,
-        lam=lam, method=method, filter=filter, ef_search=params.ef_search, row_limit=params.row_limit))
+    # the base's search ranks by the raw λ sum (or one part: no dense weight, no rrf k) from its first hit:
+    # the page is cut after the merge
+    found = searcher.search(queries, params.but(
+        k=min(ranked + hidden, max(base.count, 1)), offset=0, candidates=min(params.candidates + hidden, MAX_CANDIDATES),
+        lam=lam, method=method, dense_weight=None, rrf_k=None))
     started = time.perf_counter()
     extra_scores = np.empty((len(queries), 0), np.float32)
     extra_rows = np.empty((len(queries), 0), np.int64)
@@ -118,8 +117,7 @@ def merged_search(searcher: Searcher, delta: Delta, queries: Encoded, params: Se
     if len(delta) and (kept is None or len(kept)):  # live rows
         # a one-part method scores added rows with that part of the query alone, as the base's search does
         part = searcher.part_query(xq, method)
-        extra_scores, extra_rows = _delta_hits(searcher, delta, part, gq, params.first_stage, ranked, params.candidates,
-                                               params.theta, params.rerank and searcher.reranks, kept)
+        extra_scores, extra_rows = _delta_hits(searcher, delta, part, gq, params, ranked, kept)
     ids, scores, rows, lexical, dense = [], [], [], [], []
     for q in range(len(queries)):
         keep = [i for i, r in enumerate(found.rows[q]) if r not in delta.hidden]
