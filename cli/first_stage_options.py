@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from densehybrid.cli.errors import one_of
 from densehybrid.cli.settings_flags import replace_parameter
 from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import ENCODINGS, HNSWConfig
@@ -35,22 +36,19 @@ class FirstStageOptions:
 
 def _options(ann: str, pq_m: int, pq_nbits: int, hnsw_m: int, ef_construction: int, ef_search: int,
              hnsw_codes: str) -> FirstStageOptions:
-    if ann not in ANN_CHOICES:
-        raise typer.BadParameter(f"one of {', '.join(ANN_CHOICES)}", param_hint="--ann")
     if ann == "flat":
         return FirstStageOptions(pq=PQConfig(pq_m, pq_nbits) if pq_m else None)
     if pq_m:
         raise typer.BadParameter("--pq is a first stage of its own: use it with --ann flat, or leave it out "
                                  "for --ann hnsw", param_hint="--pq")
-    if hnsw_codes not in ENCODINGS:
-        raise typer.BadParameter(f"one of {', '.join(ENCODINGS)}", param_hint="--hnsw-codes")
     return FirstStageOptions(ann=HNSWConfig(m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search,
                                             encoding=hnsw_codes))
 
 
 _FLAGS = [  # (parameter, type, default, flag)
-    ("ann", str, "flat", typer.Option("--ann", help="first stage: flat (exact scan, or IndexPQ with --pq) or hnsw "
-                              "(a Faiss HNSW graph, its candidates rescored exactly)")),
+    ("ann", str, "flat", typer.Option("--ann", callback=one_of(ANN_CHOICES),
+                                      help="first stage: flat (exact scan, or IndexPQ with --pq) or hnsw "
+                                           "(a Faiss HNSW graph, its candidates rescored exactly)")),
     ("pq_m", int, 0, typer.Option("--pq", min=0, help="with --ann flat: IndexPQ first stage with this many "
                                "sub-quantizers (0: exact FlatIP)")),
     ("pq_nbits", int, 8, typer.Option("--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer")),
@@ -60,8 +58,9 @@ _FLAGS = [  # (parameter, type, default, flag)
     ("ef_search", int, _DEFAULT.ef_search, typer.Option("--ef-search", min=1, max=10_000,
                                                         help="--ann hnsw: the searches' default graph breadth (a request's ef_search "
                                          "overrides it)")),
-    ("hnsw_codes", str, _DEFAULT.encoding, typer.Option("--hnsw-codes", help="--ann hnsw: how the graph stores "
-                                     "vectors: sq8 (1 byte a dim) or fp16 (2 bytes)")),
+    ("hnsw_codes", str, _DEFAULT.encoding, typer.Option("--hnsw-codes", callback=one_of(ENCODINGS),
+                                                        help="--ann hnsw: how the graph stores vectors: sq8 "
+                                                             "(1 byte a dim) or fp16 (2 bytes)")),
 ]
 
 

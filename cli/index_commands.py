@@ -218,11 +218,8 @@ def eval_command(
     except _KNOWN_ERRORS as exc:
         fail(exc)
     last = list(outcomes.values())[-1]
-    if as_json and compare_fusion:
-        typer.echo(json.dumps({what: outcome.metrics for what, outcome in outcomes.items()}))
-        return
     if as_json:
-        typer.echo(json.dumps(last.metrics))
+        typer.echo(json.dumps({what: o.metrics for what, o in outcomes.items()} if compare_fusion else last.metrics))
         return
     table = Table("system", *last.metrics, title=f"{index.name}: {last.queries} judged queries")
     for what, outcome in outcomes.items():
