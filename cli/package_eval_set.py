@@ -33,11 +33,6 @@ def module_names(package: str) -> list[str]:
     return sorted(names)
 
 
-def candidate_pairs(package: str) -> list[tuple[str, str, str]]:
-    """(qualified name, query, passage) of every usable docstring of ``package``, uniques only."""
-    return unique_pairs(module_names(package))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -46,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    pairs = candidate_pairs(args.package)
+    pairs = unique_pairs(module_names(args.package))  # every usable docstring, uniques only
     n_passages, n_queries = write_pairs(args.out, pairs, args.passages, args.queries, args.seed)
     print(f"{args.out}: {n_passages} passages, {n_queries} queries of {len(pairs)} {args.package} docstrings")  # CLI output
 

@@ -38,7 +38,7 @@ def test_a_package_set_walks_the_package_and_keeps_only_unique_pairs(tmp_path):
 
     names = package_eval_set.module_names("email")
     assert names[0] == "email" and "email.mime.text" in names and all("._" not in n for n in names)
-    pairs = package_eval_set.candidate_pairs("email")
+    pairs = package_eval_set.unique_pairs(names)
     assert pairs and all(name.startswith("email") for name, _, _ in pairs)
     assert len({q.lower() for _, q, _ in pairs}) == len({p for _, _, p in pairs}) == len(pairs)
     package_eval_set.main([str(tmp_path / "set"), "--package", "email", "--passages", "30", "--queries", "10"])
