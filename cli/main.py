@@ -32,16 +32,26 @@ console = Console()
 @with_flags(SETTINGS_FIELDS, "flags")
 def serve_command(flags: dict) -> None:
     """Serve /search, /encode, /explain over HTTP (every flag also reads DENSEHYBRID_<FLAG>)."""
-    from densehybrid.service.serve import StartupError, serve, settings_from
-
     if flags["lam"] == "auto":
         fail(lambda_auto_error("serve"))
+    _serve({**flags, "cors_origins": flags["cors_origins"] or None})
+
+
+def _settings(values: dict):
+    """The environment's settings (``DENSEHYBRID_*``) with ``values`` over them; invalid ones end the command."""
+    from densehybrid.service.serve import settings_from
+
     try:
-        settings = settings_from({**flags, "cors_origins": flags["cors_origins"] or None})
+        return settings_from(values)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         fail(f"invalid settings: {sentence(exc)}")
+
+
+def _serve(values: dict) -> None:
+    from densehybrid.service.serve import StartupError, serve
+
     try:
-        serve(settings)
+        serve(_settings(values))
     except StartupError as exc:
         fail(exc)
 
@@ -58,12 +68,8 @@ def demo_command(
     """Fetch the offline models, index the Python stdlib docstrings, serve them, query them, print curl examples."""
     from densehybrid.cli import demo
     from densehybrid.service import logging as service_logging
-    from densehybrid.service.serve import StartupError, serve, settings_from
 
-    try:  # refuse a keyless public --host before the minutes of indexing, not after
-        settings_from({"host": host, "port": port})
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        fail(f"invalid settings: {sentence(exc)}")
+    _settings({"host": host, "port": port})  # refuses a keyless public --host before the minutes of indexing
     service_logging.configure("INFO", json_lines=False)
     home = directory or demo.demo_dir()
     console.print(f"[bold]densehybrid demo[/bold] keeps its corpus and index in {escape(str(home))} "
@@ -73,10 +79,7 @@ def demo_command(
     console.print(f"serving {escape(str(index_dir))} at {url} (Ctrl-C stops it); the examples follow once it is ready",
                   soft_wrap=True)
     demo.query_when_ready(url, lambda answer: _print_demo_answer(answer, url))
-    try:
-        serve(settings_from({"index": index_dir, "host": host, "port": port, "log_json": False}))
-    except StartupError as exc:
-        fail(exc)
+    _serve({"index": index_dir, "host": host, "port": port, "log_json": False})
 
 
 def _print_demo_answer(answer: dict, url: str) -> None:
