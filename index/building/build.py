@@ -211,7 +211,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
         values_dtype=options.values_dtype,
         extra={"lambda": lam_info, "build": {"corpus_sha256": sha256_file(corpus), "batch_size": options.batch_size,
                                               "shard_size": options.shard_size, **(engine or {"engine": "local"})},
-               **fusion_info, **prompts_record(options.prompts), **fields_info, **files.encoding_record(encoder)},
+               **fusion_info, **prompts_record(options.prompts), **fields_info,
+               "encoding": {"backend": encoder.backend, "precision": encoder.precision}},
     )
     files.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)

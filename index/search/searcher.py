@@ -32,7 +32,6 @@ from densehybrid.index.search.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
 
-FirstStage = Literal["ip", "approx_gip"]
 FIRST_STAGES: tuple[str, ...] = ("ip", "approx_gip")
 MAX_CANDIDATES = 10_000
 # a run of equal first-stage scores across the cut is read in full up to this depth (see _ranked_first_stage)
@@ -303,3 +302,15 @@ class Searcher:
         ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
         lexical, dense = out_parts if parts is not None else (None, None)
         return SearchResults(ids, out_scores, out_rows, timing, lexical, dense)
+
+
+class CpuSearch:
+    """``search`` of a stored index through a CPU :class:`Searcher` built on first use (for scripts and
+    tests; a server builds its own searcher for its search device)."""
+
+    _searcher: Searcher | None = None
+
+    def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
+        if self._searcher is None:
+            self._searcher = Searcher(self)
+        return self._searcher.search(queries, params)

@@ -97,11 +97,6 @@ def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int,
     return manifest
 
 
-def encoding_record(encoder) -> dict:
-    """The manifest entry saying how the passages were encoded (runtime and precision)."""
-    return {"encoding": {"backend": encoder.backend, "precision": encoder.precision}}
-
-
 def publish(staged: Path, target: Path, *, overwrite: bool = False) -> None:
     """Move a finished index directory into place by rename (same file system).
 

@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
-from densehybrid.index.search.params import SearchParams
-from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.search.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
+from densehybrid.index.search.searcher import CpuSearch
+from densehybrid.index.search.served import DocumentLookup, ManifestView, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
 
 @dataclass(eq=False)
-class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
+class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     """A loaded, verified index (``index.files.load_index``). ``values`` and ``gates`` are read-only memory maps."""
 
     path: Path
@@ -37,7 +36,6 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
     payload: Payload | None = None
     ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
-    _searcher: Searcher | None = field(default=None, repr=False)
 
     remote = False
     writable = False  # a published generation never changes; writes go through ``index.live.LiveIndex``
@@ -85,9 +83,3 @@ class IndexFiles(ManifestView, DocumentLookup, StoredIndex):
             return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
         half = on_gpu if float16 is None else float16
         return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)
-
-    def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
-        """A CPU search (for scripts and tests; a server builds its own searcher for its search device)."""
-        if self._searcher is None:
-            self._searcher = Searcher(self)
-        return self._searcher.search(queries, params)

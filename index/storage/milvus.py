@@ -14,15 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from densehybrid.encoder.base import Encoded, EncoderSpec
+from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.search import filters
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect
 from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.storage.milvus_export import read_meta
-from densehybrid.index.search.params import SearchParams
-from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.search.served import DocumentLookup, ManifestView, SearchResults, StoredIndex
+from densehybrid.index.search.searcher import CpuSearch
+from densehybrid.index.search.served import DocumentLookup, ManifestView, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
 log = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class _RowView:
         return fetched[1 + self.which][0]
 
 
-class MilvusIndex(ManifestView, DocumentLookup, StoredIndex):
+class MilvusIndex(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     """A served collection: what the searcher, the service and the commands read of an index."""
 
     remote = True
@@ -83,7 +82,6 @@ class MilvusIndex(ManifestView, DocumentLookup, StoredIndex):
         self.docs = MilvusDocs(store)
         self.values = _RowView(store, 0)
         self.gates = _RowView(store, 1) if spec.gated_dim else None
-        self._searcher: Searcher | None = None
 
     def row_of(self, doc_id: str) -> int | None:
         return self.docs.row_of(doc_id)
@@ -116,11 +114,6 @@ class MilvusIndex(ManifestView, DocumentLookup, StoredIndex):
         if engine not in (None, "faiss"):
             raise SearchError(f"the {engine} search engine needs a local index; a Milvus collection searches in Milvus")
         return self.store
-
-    def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
-        if self._searcher is None:
-            self._searcher = Searcher(self)
-        return self._searcher.search(queries, params)
 
 
 def open_collection(uri: str, collection: str, *, timeout_s: float = 10.0, client=None) -> MilvusIndex:
