@@ -10,8 +10,7 @@ from pathlib import Path
 def read_jsonl(path: str | Path, *, required: tuple[str, ...], what: str,
                error: type[Exception] = ValueError) -> Iterator[dict]:
     """Each non-blank line's object, in file order; ``error`` names ``path:line`` when one is not ``what``."""
-    for _, row in read_numbered_jsonl(path, required=required, what=what, error=error):
-        yield row
+    return (row for _, row in read_numbered_jsonl(path, required=required, what=what, error=error))
 
 
 def read_numbered_jsonl(path: str | Path, *, required: tuple[str, ...], what: str,

@@ -90,11 +90,6 @@ def cut(doc: Document, window: int, rng: np.random.Generator, sentence_words: tu
     return "window", " ".join(words[start:start + window]), " ".join(words[:start] + words[start + window:])
 
 
-def pool_depth(config: AutoFusionConfig, pool: int, count: int) -> int:
-    """How deep each part's candidates go in the pool: the share of the collection a search takes."""
-    return max(mix_choice.CUTOFF, min(pool, math.ceil(config.candidates * pool / max(count, 1))))
-
-
 def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates: np.ndarray,
            config: AutoFusionConfig = AutoFusionConfig(), *, query_prompt: str = "",
            passage_prompt: str = "") -> dict:
@@ -125,7 +120,9 @@ def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates
     own_lexical, own_dense = part_scores(xq.values, xq.gates, answered.values, answered.gates, own)
     source = np.asarray(picked)
     lexical[own, source], dense[own, source] = own_lexical[own, own], own_dense[own, own]
-    depth = pool_depth(config, len(rows), len(docs))
+    # each part's candidates go as deep into the pool as a search's go into the collection
+    depth = max(mix_choice.CUTOFF,
+                min(len(rows), math.ceil(config.candidates * len(rows) / max(len(docs), 1))))
     gains = mix_choice.weight_gains(lexical, dense, source, depth)
     weight, bounds = mix_choice.bounded_choice(gains)
     seconds = time.perf_counter() - start

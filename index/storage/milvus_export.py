@@ -100,18 +100,8 @@ def write_meta(client, uri: str, collection: str, record: dict) -> None:
           [{"key": MANIFEST_KEY, "json": json.dumps(record, sort_keys=True), "unused": [0.0, 0.0]}])
 
 
-def _source_identity(index: IndexFiles) -> dict:
-    """What makes a re-run an export of the same index: its files' checksums."""
-    return {name: meta["sha256"] for name, meta in sorted(index.manifest["files"].items())}
-
-
-def _exact_vectors(index: IndexFiles, start: int, stop: int) -> np.ndarray:
-    """Rows ``start:stop`` as float32 (the exact vectors the local flat first stage scores)."""
-    return np.asarray(index.values[start:stop], dtype=np.float32)
-
-
 def _entities(index: IndexFiles, start: int, stop: int) -> list[dict]:
-    vectors = _exact_vectors(index, start, stop)
+    vectors = np.asarray(index.values[start:stop], dtype=np.float32)  # the exact rows the flat first stage scores
     docs = index.docs.get_many(index.doc_ids[start:stop])
     field_types = index.field_types
     payload = index.field_values(range(start, stop), list(field_types)) if field_types else [{}] * (stop - start)
@@ -151,7 +141,8 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
                               f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()
     client = client or connect(uri)
-    source = _source_identity(index)
+    # what makes a re-run an export of the same index: its files' checksums
+    source = {name: meta["sha256"] for name, meta in sorted(index.manifest["files"].items())}
     record = read_meta(client, uri, collection)
     if record is not None and record.get("source") != source:
         raise IndexAccessError(f"collection {collection!r} at {uri} holds another index ({record['manifest']['name']!r}); "
