@@ -89,8 +89,7 @@ def _shard_dirs(work: Path) -> list[Path]:
 
 
 def iter_shard_arrays(work: Path, name: str) -> Iterator[np.ndarray]:
-    for d in _shard_dirs(work):
-        yield np.load(d / name, mmap_mode="r")
+    return (np.load(d / name, mmap_mode="r") for d in _shard_dirs(work))
 
 
 def iter_shard_docs(work: Path) -> Iterator[Document]:

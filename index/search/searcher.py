@@ -253,12 +253,9 @@ class Searcher:
             selection = None
         n = self.index.count if selection is None else selection.count
         if len(queries) == 0 or n <= offset:
-            def empty() -> list[list]:
-                return [[] for _ in range(len(queries))]
-
-            parts = (empty(), empty()) if self.has_parts else (None, None)
-            return SearchResults(empty(), empty(), empty(), {"search_ms": 0.0, "rerank_ms": 0.0}, *parts,
-                                 selectivity=selectivity)
+            none = np.zeros((len(queries), 0))
+            parts = [none, none] if self.has_parts else None
+            return self._results(none, none.astype(np.int64), {"search_ms": 0.0, "rerank_ms": 0.0}, parts, selectivity)
         scaled = self.scale(queries.values, lam)
         xq = self.part_query(scaled, method)
         gq = queries.gates if self.reranks else None
@@ -285,12 +282,10 @@ class Searcher:
         parts = list(self.store.hit_parts(scaled, gq, rows)) if self.has_parts else None
         rerank_ms = _ms(start)
         timing = {"search_ms": search_ms + (0.0 if second else rerank_ms), "rerank_ms": rerank_ms if second else 0.0}
-        found = self._results(scores, rows, timing, parts)
-        found.selectivity = selectivity
-        return found
+        return self._results(scores, rows, timing, parts, selectivity)
 
     def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float],
-                 parts: list[np.ndarray] | None = None) -> SearchResults:
+                 parts: list[np.ndarray] | None, selectivity: float | None) -> SearchResults:
         out_scores, out_rows, out_parts = [], [], [[], []]
         for q, (q_scores, q_rows) in enumerate(zip(scores, rows)):
             keep = q_rows >= 0
@@ -301,7 +296,7 @@ class Searcher:
         flat_ids = iter(self.store.ids_of([r for q_rows in out_rows for r in q_rows]))
         ids = [[next(flat_ids) for _ in q_rows] for q_rows in out_rows]
         lexical, dense = out_parts if parts is not None else (None, None)
-        return SearchResults(ids, out_scores, out_rows, timing, lexical, dense)
+        return SearchResults(ids, out_scores, out_rows, timing, lexical, dense, selectivity)
 
 
 class CpuSearch:
