@@ -202,10 +202,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
                                           values_dtype=options.values_dtype, ann=options.ann)
     lam, lam_info = _lambda(encoder, staged, options)
     fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
-    fields_info = {}
-    if payload is not None:
-        payload.write(staged)
-        fields_info = {"fields": payload.schema}
+    fields_info = payload.write(staged) if payload is not None else {}
     files.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam, first_stage=first_stage,
         values_dtype=options.values_dtype,
@@ -241,12 +238,9 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged, first_stage = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq,
                                           values_dtype=values_dtype, ann=ann)
-    fields_info = {}
-    if payload is not None and payload.columns:
-        if payload.count != len(docs):
-            raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
-        payload.write(staged)
-        fields_info = {"fields": payload.schema}
+    if payload is not None and payload.columns and payload.count != len(docs):
+        raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
+    fields_info = payload.write(staged) if payload is not None else {}
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=first_stage, values_dtype=values_dtype,
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})

@@ -197,8 +197,7 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
         # no fusion entry: a gated (fused) kind cannot be imported
         extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
         if payload is not None:
-            payload.write(staged)
-            extra["fields"] = payload.schema
+            extra |= payload.write(staged)
         files.write_manifest(staged, name=options.name or out.name, spec=spec, count=len(source.doc_ids), lam=spec.lam,
                              first_stage=first_stage, values_dtype=options.values_dtype, extra=extra)
         files.load_index(staged)  # the published index opens, or nothing is published

@@ -202,10 +202,10 @@ class Payload:
                 self._masks.popitem(last=False)
         return mask
 
-    def write(self, directory: Path) -> None:
-        """``fields.npz`` in ``directory`` (nothing when there are no fields)."""
+    def write(self, directory: Path) -> dict:
+        """``fields.npz`` in ``directory`` -> the manifest's ``fields`` entry (neither when there are no fields)."""
         if not self.columns:
-            return
+            return {}
         arrays = {}
         for name, c in self.columns.items():
             arrays[f"{name}.present"], arrays[f"{name}.data"] = c.present, c.data
@@ -219,6 +219,7 @@ class Payload:
                 with archive.open(zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), "w",
                                   force_zip64=True) as member:
                     np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+        return {"fields": self.schema}
 
 
 def load_payload(path: Path, schema: Mapping[str, str], count: int) -> Payload:
