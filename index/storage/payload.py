@@ -167,10 +167,6 @@ class Payload:
         return {name: column.kind for name, column in self.columns.items()}
 
     @classmethod
-    def empty(cls, count: int) -> Payload:
-        return cls(count, {})
-
-    @classmethod
     def from_rows(cls, schema: Mapping[str, str], rows: Sequence[Mapping | None]) -> Payload:
         """Columns of ``rows`` (dicts of field values, None for none), checked against ``schema``."""
         columns = {}
@@ -225,7 +221,7 @@ class Payload:
 def load_payload(path: Path, schema: Mapping[str, str], count: int) -> Payload:
     """The columns of ``schema`` from ``fields.npz``; ValueError naming what is wrong."""
     if not schema:
-        return Payload.empty(count)
+        return Payload(count, {})
     columns = {}
     with np.load(path, allow_pickle=False) as npz:
         for name, kind in schema.items():
