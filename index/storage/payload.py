@@ -128,11 +128,7 @@ class Column:
             return str(self.vocab[self.data[row]])
         if self.kind == "keyword_list":
             return [str(self.vocab[c]) for c in self.data[self.offsets[row]:self.offsets[row + 1]]]
-        if self.kind == "integer":
-            return int(self.data[row])
-        if self.kind == "float":
-            return float(self.data[row])
-        return bool(self.data[row])
+        return {"integer": int, "float": float, "bool": bool}[self.kind](self.data[row])
 
 
 def _column(kind: str, values: Sequence) -> Column:
