@@ -44,12 +44,8 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     def first_stage_kind(self) -> str:
         return "hnsw" if self.ann is not None else faiss_engine.first_stage_description(self.faiss)
 
-    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
-        """(n,) int64: the row of each id, -1 for an id the index does not hold (one vectorised lookup)."""
-        return self.doc_ids.rows_of(doc_ids)
-
     def row_of(self, doc_id: str) -> int | None:
-        row = int(self.rows_of([doc_id])[0])
+        row = int(self.doc_ids.rows_of([doc_id])[0])
         return None if row < 0 else row
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:
