@@ -105,7 +105,7 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
         "shard_size": options.shard_size,
-        **({"prompts": options.prompts.to_dict()} if options.prompts else {}),
+        **prompts_record(options.prompts),
     }
 
 
