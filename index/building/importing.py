@@ -170,8 +170,7 @@ def _payload(source: PyseriniIndex, options: ImportOptions) -> Payload | None:
     if options.corpus is None:
         raise IndexWriteError("fields come from the corpus: pass --corpus with --field or --fields-from-metadata")
     payload = read_payload(options.corpus, None if options.fields_from_metadata else options.fields)
-    ids = [doc.id for doc in read_corpus(options.corpus)]
-    if ids != source.doc_ids:
+    if [doc.id for doc in read_corpus(options.corpus)] != source.doc_ids:
         raise _bad(options.corpus, "fields need the corpus in the order of the docid file")
     return payload
 
