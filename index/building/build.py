@@ -119,9 +119,8 @@ def _encode_shards(encode_shard: ShardEncoder, corpus: Path, work: Path, options
     if done:
         log.info("resuming: %d shards (%d passages) already encoded", done, min(skip, total))
     docs = islice(read_corpus(corpus), skip, None)
-    bar = tqdm(total=total, initial=min(skip, total), unit="passage", desc="encode", disable=not options.progress,
-               dynamic_ncols=True, smoothing=0.1)
-    with bar:
+    with tqdm(total=total, initial=min(skip, total), unit="passage", desc="encode", disable=not options.progress,
+              dynamic_ncols=True, smoothing=0.1) as bar:
         number = done
         prompt = options.prompts.for_role("passage")
         while batch := list(islice(docs, options.shard_size)):
