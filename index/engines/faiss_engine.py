@@ -108,10 +108,8 @@ def search(index: faiss.Index, xq: np.ndarray, k: int, params: faiss.SearchParam
     """xq (Q, d) float32 -> scores (Q, k) float32, rows (Q, k) int64 (-1 where fewer than k rows)."""
     xq = np.ascontiguousarray(xq, dtype=np.float32)
     extra = {} if params is None else {"params": params}
-    if xq.shape[0] == 1:
-        with omp_threads(1):
-            return index.search(xq, k, **extra)
-    return index.search(xq, k, **extra)
+    with omp_threads(1) if xq.shape[0] == 1 else contextlib.nullcontext():
+        return index.search(xq, k, **extra)
 
 
 _KEPT_CHUNK = 65_536
