@@ -144,10 +144,8 @@ def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) ->
 
 
 class FaissStore(HostRows, VectorStore):
-    """A local index on the CPU: Faiss for the first stage, numpy over the float16 rows for the rerank.
-
-    faiss_index: FlatIP or PQ over the N rows; values (N, dim) float16, gates (N, G) uint8 or None.
-    """
+    """A local index on the CPU: Faiss (``faiss_index``, FlatIP or PQ over the N rows) for the first stage,
+    numpy over the rows of :class:`HostRows` for the rerank."""
 
     def __init__(self, faiss_index: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids):
         super().__init__(values, gates, doc_ids)
