@@ -237,9 +237,11 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
     staged, first_stage = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq,
                                           values_dtype=values_dtype, ann=ann)
-    if payload is not None and payload.columns and payload.count != len(docs):
-        raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
-    fields_info = payload.write(staged) if payload is not None else {}
+    fields_info = {}
+    if payload is not None and payload.columns:
+        if payload.count != len(docs):
+            raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
+        fields_info = payload.write(staged)
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=first_stage, values_dtype=values_dtype,
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})

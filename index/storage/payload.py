@@ -195,9 +195,9 @@ class Payload:
         return mask
 
     def write(self, directory: Path) -> dict:
-        """``fields.npz`` in ``directory`` -> the manifest's ``fields`` entry (neither when there are no fields)."""
+        """``fields.npz`` in ``directory`` (none when there are no fields) -> the manifest's ``fields`` entry."""
         if not self.columns:
-            return {}
+            return {"fields": {}}
         arrays = {}
         for name, c in self.columns.items():
             arrays[f"{name}.present"], arrays[f"{name}.data"] = c.present, c.data
