@@ -163,5 +163,5 @@ def test_the_id_lookup_finds_every_id_and_only_those(tmp_path):
                                          encode_passages(encoder, [d.text for d in docs], 16), docs))
     assert [index.row_of(i) for i in ids] == list(range(len(ids)))  # "a\x00" is not "a", though numpy says so
     assert index.row_of("missing") is None and index.row_of("") is None and index.row_of("zzz") is None
-    np.testing.assert_array_equal(index.rows_of(["b", "nope", ids[7]]), [len(ids) - 1, -1, 7])
-    assert index.rows_of([]).shape == (0,)
+    np.testing.assert_array_equal(index.doc_ids.rows_of(["b", "nope", ids[7]]), [len(ids) - 1, -1, 7])
+    assert index.doc_ids.rows_of([]).shape == (0,)

@@ -105,7 +105,7 @@ def build_state(encoder: Encoder, corpus: Path, options: BuildOptions) -> dict:
         "encoder": encoder.spec.to_dict(),
         "batch_size": options.batch_size,
         "shard_size": options.shard_size,
-        **({"prompts": options.prompts.to_dict()} if options.prompts else {}),
+        **prompts_record(options.prompts),
     }
 
 
@@ -119,9 +119,8 @@ def _encode_shards(encode_shard: ShardEncoder, corpus: Path, work: Path, options
     if done:
         log.info("resuming: %d shards (%d passages) already encoded", done, min(skip, total))
     docs = islice(read_corpus(corpus), skip, None)
-    bar = tqdm(total=total, initial=min(skip, total), unit="passage", desc="encode", disable=not options.progress,
-               dynamic_ncols=True, smoothing=0.1)
-    with bar:
+    with tqdm(total=total, initial=min(skip, total), unit="passage", desc="encode", disable=not options.progress,
+              dynamic_ncols=True, smoothing=0.1) as bar:
         number = done
         prompt = options.prompts.for_role("passage")
         while batch := list(islice(docs, options.shard_size)):
@@ -202,10 +201,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
                                           values_dtype=options.values_dtype, ann=options.ann)
     lam, lam_info = _lambda(encoder, staged, options)
     fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
-    fields_info = {}
-    if payload is not None:
-        payload.write(staged)
-        fields_info = {"fields": payload.schema}
+    fields_info = payload.write(staged) if payload is not None else {}
     files.write_manifest(
         staged, name=options.name or out.name, spec=spec, count=total, lam=lam, first_stage=first_stage,
         values_dtype=options.values_dtype,
@@ -245,8 +241,7 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
     if payload is not None and payload.columns:
         if payload.count != len(docs):
             raise ValueError(f"a payload of {payload.count} rows for {len(docs)} docs")
-        payload.write(staged)
-        fields_info = {"fields": payload.schema}
+        fields_info = payload.write(staged)
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=first_stage, values_dtype=values_dtype,
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})

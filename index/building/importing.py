@@ -170,8 +170,7 @@ def _payload(source: PyseriniIndex, options: ImportOptions) -> Payload | None:
     if options.corpus is None:
         raise IndexWriteError("fields come from the corpus: pass --corpus with --field or --fields-from-metadata")
     payload = read_payload(options.corpus, None if options.fields_from_metadata else options.fields)
-    ids = [doc.id for doc in read_corpus(options.corpus)]
-    if ids != source.doc_ids:
+    if [doc.id for doc in read_corpus(options.corpus)] != source.doc_ids:
         raise _bad(options.corpus, "fields need the corpus in the order of the docid file")
     return payload
 
@@ -197,8 +196,7 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
         # no fusion entry: a gated (fused) kind cannot be imported
         extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
         if payload is not None:
-            payload.write(staged)
-            extra["fields"] = payload.schema
+            extra |= payload.write(staged)
         files.write_manifest(staged, name=options.name or out.name, spec=spec, count=len(source.doc_ids), lam=spec.lam,
                              first_stage=first_stage, values_dtype=options.values_dtype, extra=extra)
         files.load_index(staged)  # the published index opens, or nothing is published

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoder
-from densehybrid.index.search import gip
+from densehybrid.index.search import fusion, gip
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,8 @@ def pseudo_query(text: str, window: int, rng: np.random.Generator) -> str:
 
 def part_scores(xq: np.ndarray, gq: np.ndarray, values: np.ndarray, gates: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lexical and dense scores (Q, P) of queries against index ``rows`` (P,), unscaled."""
-    gated_dim = gates.shape[1]
     pool = np.ascontiguousarray(np.broadcast_to(rows, (xq.shape[0], rows.shape[0])))
-    lexical_q, dense_q = xq.copy(), xq.copy()
-    lexical_q[:, gated_dim:] = 0.0
-    dense_q[:, :gated_dim] = 0.0
+    lexical_q, dense_q = fusion.split_query(xq, gates.shape[1])
     return gip.score_rows(lexical_q, gq, values, gates, pool), gip.score_rows(dense_q, gq, values, gates, pool)
 
 

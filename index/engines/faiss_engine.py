@@ -108,10 +108,8 @@ def search(index: faiss.Index, xq: np.ndarray, k: int, params: faiss.SearchParam
     """xq (Q, d) float32 -> scores (Q, k) float32, rows (Q, k) int64 (-1 where fewer than k rows)."""
     xq = np.ascontiguousarray(xq, dtype=np.float32)
     extra = {} if params is None else {"params": params}
-    if xq.shape[0] == 1:
-        with omp_threads(1):
-            return index.search(xq, k, **extra)
-    return index.search(xq, k, **extra)
+    with omp_threads(1) if xq.shape[0] == 1 else contextlib.nullcontext():
+        return index.search(xq, k, **extra)
 
 
 _KEPT_CHUNK = 65_536
@@ -146,10 +144,8 @@ def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) ->
 
 
 class FaissStore(HostRows, VectorStore):
-    """A local index on the CPU: Faiss for the first stage, numpy over the float16 rows for the rerank.
-
-    faiss_index: FlatIP or PQ over the N rows; values (N, dim) float16, gates (N, G) uint8 or None.
-    """
+    """A local index on the CPU: Faiss (``faiss_index``, FlatIP or PQ over the N rows) for the first stage,
+    numpy over the rows of :class:`HostRows` for the rerank."""
 
     def __init__(self, faiss_index: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids):
         super().__init__(values, gates, doc_ids)

@@ -199,11 +199,9 @@ class TorchFlatIndex:
 
 
 class TorchStore(HostRows, VectorStore):
-    """A local index resident on torch ``devices`` (several entries split the rows; see :func:`search_devices`).
-
-    values (N, dim) float16 (a memory map), gates (N, G) uint8 or None, ids in row order;
-    ``float16`` stores the rows as float16 on the devices (use float32 on the CPU).
-    """
+    """A local index (its rows as :class:`HostRows` takes them) resident on torch ``devices`` (several entries
+    split the rows; see :func:`search_devices`); ``float16`` stores the rows as float16 on the devices (use
+    float32 on the CPU)."""
 
     first_stage = "flat"  # an exact scan, whatever first stage the index files also hold
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from densehybrid.encoder import representations as R
-from densehybrid.encoder.base import SCALED_KINDS, Encoded, EncoderSpec
+from densehybrid.encoder.base import SCALED_KINDS, Encoded
 from densehybrid.index.storage.local import IndexFiles
 
 
@@ -39,13 +39,6 @@ class Explanation:
     semantic: float
     total: float
     lam: float
-
-
-def lexical_width(spec: EncoderSpec) -> int:
-    """How many leading dims of a row are lexical."""
-    if spec.kind == "aggretriever":
-        return spec.agg_dim or 0
-    return spec.gated_dim
 
 
 def matched_terms(q_values: np.ndarray, q_gates: np.ndarray, p_values: np.ndarray, p_gates: np.ndarray,
@@ -72,7 +65,7 @@ def explain(query: Encoded, index: IndexFiles, row: int, *, lam: float, vocab_si
     vocab_size = vocab_size or spec.vocab_size or 0
     q = query.values[0].astype(np.float64)
     p = np.asarray(index.values[row], dtype=np.float64)
-    width = lexical_width(spec)
+    width = (spec.agg_dim or 0) if spec.kind == "aggretriever" else spec.gated_dim  # the leading lexical dims
     lam = lam if spec.kind in SCALED_KINDS else 1.0
     terms: list[TermMatch] = []
     if spec.gated_dim:

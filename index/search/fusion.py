@@ -153,10 +153,8 @@ def fuse(lexical: np.ndarray, dense: np.ndarray, method: str, *, lam: float = 1.
         fused = reciprocal_rank(lexical, dense, valid, rrf_k)
     elif method == "lambda":
         fused = np.asarray(lexical, dtype=np.float64) + lam * np.asarray(dense, dtype=np.float64)
-    elif method == "lexical":
-        fused = np.asarray(lexical, dtype=np.float64)
-    elif method == "dense":
-        fused = np.asarray(dense, dtype=np.float64)
+    elif method in ("lexical", "dense"):
+        fused = np.asarray(lexical if method == "lexical" else dense, dtype=np.float64)
     elif method in NORMALISED_METHODS:
         if not 0.0 <= dense_weight <= 1.0:
             raise ValueError(f"dense weight must be in [0, 1], got {dense_weight}")

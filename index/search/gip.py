@@ -128,8 +128,7 @@ def score_order(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarra
 def rerank(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates: np.ndarray | None, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact GIP of the candidate rows (Q, K) (-1 = none), top ``k`` -> (scores, rows) (Q, min(k, K))."""
     valid = rows >= 0
-    safe_rows = np.where(valid, rows, 0)
-    scores = score_rows(xq, gq, values, gates, safe_rows)
+    scores = score_rows(xq, gq, values, gates, np.where(valid, rows, 0))
     return sort_by_score(scores, np.where(valid, rows, -1), k)
 
 

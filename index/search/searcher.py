@@ -229,9 +229,6 @@ class Searcher:
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
 
-        ``ef_search`` is the graph breadth of an ``hnsw`` first stage (default: the index's; exact first stages
-        ignore it); ``row_limit`` keeps rows below it only, as a filter would (``filters.rows_below``).
-
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
         and ``rrf``, with ``rrf_k``, default the index's) take the union of each part's own top

@@ -164,8 +164,7 @@ class ServedIndex(Protocol):
         """Document ids of index rows, in the given order."""
 
     def search(self, queries: Encoded, params: SearchParams = ...) -> SearchResults:
-        """Hits ``params.offset`` to ``params.offset + params.k`` per query (as
-        :meth:`densehybrid.index.search.searcher.Searcher.search` finds them)."""
+        """A page of hits per query, as :meth:`~densehybrid.index.search.searcher.Searcher.search` finds it."""
 
     def healthy(self) -> bool:
         """Whether the index answers now (a local one always does)."""
@@ -183,7 +182,7 @@ class StoredIndex(ServedIndex, Protocol):
 
     @property
     def first_stage_kind(self) -> str:
-        """``flat_ip``, ``pq`` or ``milvus``: which search devices can serve it."""
+        """``flat_ip``, ``pq``, ``hnsw`` or ``milvus``: which search devices can serve it."""
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:

@@ -45,10 +45,6 @@ class DocIds(Sequence[str]):
     def __init__(self, keys: np.ndarray, order: np.ndarray | None = None):
         self.keys, self._order = keys, order
 
-    @classmethod
-    def of(cls, doc_ids: Iterable[str]) -> "DocIds":
-        return doc_ids if isinstance(doc_ids, DocIds) else cls(encode(doc_ids))
-
     def __len__(self) -> int:
         return len(self.keys)
 
@@ -128,7 +124,7 @@ def _load_json(path: Path, count: int) -> DocIds:
         raise IndexLoadError(f"{path}: unreadable id list ({exc})") from exc
     if not isinstance(doc_ids, list) or len(doc_ids) != count or not all(isinstance(d, str) for d in doc_ids):
         raise IndexLoadError(f"{path}: expected a list of {count} ids")
-    return DocIds.of(doc_ids)
+    return DocIds(encode(doc_ids))
 
 
 def check(directory: Path, ids: DocIds) -> None:

@@ -77,8 +77,7 @@ def _uri(path: Path, query: str = "") -> str:
 
 def _new_table(directory: Path) -> sqlite3.Connection:
     path = directory / DOCS
-    if path.exists():
-        path.unlink()
+    path.unlink(missing_ok=True)
     conn = sqlite3.connect(_uri(path), uri=True)  # a URI: the source a fold attaches is opened read only
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)")

@@ -33,7 +33,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     gates: np.ndarray | None
     faiss: faiss.Index
     docs: DocTable
-    payload: Payload | None = None
+    payload: Payload  # the filterable field columns (none for an index without fields)
     ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
 
@@ -44,12 +44,8 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     def first_stage_kind(self) -> str:
         return "hnsw" if self.ann is not None else faiss_engine.first_stage_description(self.faiss)
 
-    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
-        """(n,) int64: the row of each id, -1 for an id the index does not hold (one vectorised lookup)."""
-        return self.doc_ids.rows_of(doc_ids)
-
     def row_of(self, doc_id: str) -> int | None:
-        row = int(self.rows_of([doc_id])[0])
+        row = int(self.doc_ids.rows_of([doc_id])[0])
         return None if row < 0 else row
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:
@@ -60,15 +56,10 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
 
     def select(self, node: Filter) -> Selection:
         """The rows ``node`` keeps (a mask over the payload columns)."""
-        return select_rows(node, self._payload())
+        return select_rows(node, self.payload)
 
     def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
-        return self._payload().rows(rows, names)
-
-    def _payload(self) -> Payload:
-        if self.payload is None:
-            self.payload = Payload.empty(self.count)
-        return self.payload
+        return self.payload.rows(rows, names)
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:

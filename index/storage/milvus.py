@@ -76,7 +76,6 @@ class MilvusIndex(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
 
     def __init__(self, uri: str, collection: str, manifest: dict, spec: EncoderSpec, store: MilvusStore):
         self.path = f"{uri}#{collection}"
-        self.uri, self.collection = uri, collection
         self.manifest, self.spec = manifest, spec
         self.store = store
         self.docs = MilvusDocs(store)

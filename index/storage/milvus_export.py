@@ -65,9 +65,8 @@ _ZERO = {"keyword": "", "keyword_list": [], "integer": 0, "float": 0.0, "bool": 
 
 def _list_capacity(index: IndexFiles) -> int:
     """The longest keyword list of the index (a Milvus ARRAY field declares its capacity)."""
-    columns = index.payload.columns if index.payload is not None else {}
-    return max((int(np.diff(c.offsets).max(initial=0)) for c in columns.values() if c.kind == "keyword_list"),
-               default=0)
+    return max((int(np.diff(c.offsets).max(initial=0)) for c in index.payload.columns.values()
+                if c.kind == "keyword_list"), default=0)
 
 
 def _rows_schema(client, pymilvus, dim: int, gated_dim: int, field_types: dict[str, str] | None = None,

@@ -128,11 +128,7 @@ class Column:
             return str(self.vocab[self.data[row]])
         if self.kind == "keyword_list":
             return [str(self.vocab[c]) for c in self.data[self.offsets[row]:self.offsets[row + 1]]]
-        if self.kind == "integer":
-            return int(self.data[row])
-        if self.kind == "float":
-            return float(self.data[row])
-        return bool(self.data[row])
+        return {"integer": int, "float": float, "bool": bool}[self.kind](self.data[row])
 
 
 def _column(kind: str, values: Sequence) -> Column:
@@ -167,10 +163,6 @@ class Payload:
         return {name: column.kind for name, column in self.columns.items()}
 
     @classmethod
-    def empty(cls, count: int) -> Payload:
-        return cls(count, {})
-
-    @classmethod
     def from_rows(cls, schema: Mapping[str, str], rows: Sequence[Mapping | None]) -> Payload:
         """Columns of ``rows`` (dicts of field values, None for none), checked against ``schema``."""
         columns = {}
@@ -202,10 +194,10 @@ class Payload:
                 self._masks.popitem(last=False)
         return mask
 
-    def write(self, directory: Path) -> None:
-        """``fields.npz`` in ``directory`` (nothing when there are no fields)."""
+    def write(self, directory: Path) -> dict:
+        """``fields.npz`` in ``directory`` (none when there are no fields) -> the manifest's ``fields`` entry."""
         if not self.columns:
-            return
+            return {"fields": {}}
         arrays = {}
         for name, c in self.columns.items():
             arrays[f"{name}.present"], arrays[f"{name}.data"] = c.present, c.data
@@ -219,12 +211,13 @@ class Payload:
                 with archive.open(zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), "w",
                                   force_zip64=True) as member:
                     np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+        return {"fields": self.schema}
 
 
 def load_payload(path: Path, schema: Mapping[str, str], count: int) -> Payload:
     """The columns of ``schema`` from ``fields.npz``; ValueError naming what is wrong."""
     if not schema:
-        return Payload.empty(count)
+        return Payload(count, {})
     columns = {}
     with np.load(path, allow_pickle=False) as npz:
         for name, kind in schema.items():

@@ -124,10 +124,6 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def _is_disk_full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
 class WriteAheadLog:
     """Appends are serialized by a lock; each returns only when its frame is on disk."""
 
@@ -186,7 +182,7 @@ class WriteAheadLog:
                 os.fsync(self._file.fileno())
             except OSError as exc:
                 self._roll_back(start)
-                if _is_disk_full(exc):
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise LogFullError(f"{self.directory}: no space left for a {len(data)}-byte log record") from exc
                 raise IndexWriteError(f"{self.directory}: cannot write the log ({exc})") from exc
 
