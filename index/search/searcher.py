@@ -122,7 +122,7 @@ class Searcher:
 
     @property
     def first_stage(self) -> str:
-        """What answers a first stage ``ip``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate)."""
+        """What answers a first stage ``ip``: ``flat`` (exact), ``pq``, ``hnsw`` or ``ivf`` (approximate)."""
         return self.store.first_stage
 
     @property
@@ -157,11 +157,12 @@ class Searcher:
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
                      selection: Selection | None = None):
-        # a filter's rows only when it drops some; a graph breadth only to a store that walks a graph
+        # a filter's rows only when it drops some; a graph breadth or lists to scan only to a store that has them
         kept = {} if selection is None else {"selection": selection}
         if params.first_stage == "approx_gip":  # a scan of the query's active columns: no graph to widen
             return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
         kept |= {"ef_search": params.ef_search} if params.ef_search is not None and self.first_stage == "hnsw" else {}
+        kept |= {"nprobe": params.nprobe} if params.nprobe is not None and self.first_stage == "ivf" else {}
         return self.store.inner_product(xq, depth, **kept)
 
     def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
@@ -229,8 +230,9 @@ class Searcher:
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
 
-        ``ef_search`` is the graph breadth of an ``hnsw`` first stage (default: the index's; exact first stages
-        ignore it); ``row_limit`` keeps rows below it only, as a filter would (``filters.rows_below``).
+        ``ef_search`` is the graph breadth of an ``hnsw`` first stage and ``nprobe`` the lists an ``ivf`` one
+        scans (default: the index's; other first stages ignore them); ``row_limit`` keeps rows below it only,
+        as a filter would (``filters.rows_below``).
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
