@@ -142,3 +142,22 @@ def test_cli_refuses_bad_ivf_flags(tmp_path, fake_models, flags, named):
                                       "--out", str(tmp_path / "ix"), "--ann", "ivf", *flags])
     assert result.exit_code == 2 and named in result.output, result.output
     assert not (tmp_path / "ix").exists()
+
+
+def test_pending_writes_search_beside_the_lists_as_a_fresh_build(tmp_path):
+    from densehybrid.index.building.build import build_from_arrays
+    from densehybrid.index.writes.live import LiveIndex
+    from support.fake_encoder import FakeEncoder
+    from test_live_index import astuple, check_same, corpus, encode
+
+    encoder, base_docs, added = FakeEncoder("cls"), corpus("b", 60, 1), corpus("n", 12, 2)
+    build_from_arrays(tmp_path / "index", encoder.spec, encode(encoder, base_docs), base_docs,
+                      ann=IVFConfig(nlist=8, nprobe=1))
+    live = LiveIndex.open(tmp_path / "index", Searcher, log_dir=tmp_path / "index.wal")
+    live.upsert(added, *astuple(encode(encoder, added)))
+    live.delete("b10")
+    final = [d for d in base_docs if d.id != "b10"] + added
+    reference = load_index(build_from_arrays(tmp_path / "flat", encoder.spec, encode(encoder, final), final))
+    assert live.first_stage == {"type": "ivf", "nprobe": 1}
+    check_same(live, reference, encoder, k=10, nprobe=8)  # every list: the exact top-10 of base and delta
+    live.close()
