@@ -230,9 +230,8 @@ class Searcher:
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
 
-        ``ef_search`` is the graph breadth of an ``hnsw`` first stage and ``nprobe`` the lists an ``ivf`` one
-        scans (default: the index's; other first stages ignore them); ``row_limit`` keeps rows below it only,
-        as a filter would (``filters.rows_below``).
+        ``ef_search`` (an ``hnsw`` graph's breadth) and ``nprobe`` (the lists an ``ivf`` one scans) default to the
+        index's, other first stages ignore them; ``row_limit`` keeps rows below it only (``filters.rows_below``).
 
         ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
