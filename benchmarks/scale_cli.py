@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from densehybrid.bench import scale_report
 from densehybrid.bench.scale import ScaleConfig, run_scale
+from densehybrid.index.engines.ivf_engine import IVFConfig
 
 log = logging.getLogger(__name__)
 
 
 def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | None, out: Path,
-               plot: Path | None, threads: int | None, serve: bool = True) -> list[dict]:
+               plot: Path | None, threads: int | None, serve: bool = True, ann: str = "hnsw",
+               ivf: IVFConfig = IVFConfig(), nprobe_sweep: list[int] | None = None) -> list[dict]:
     if threads:
         import faiss
 
@@ -21,12 +24,13 @@ def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | Non
     work = out.parent / f"{out.stem}-data"  # removed after each size
     results = []
     for n in sizes:
-        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work)
+        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work, ann=ann, ivf=ivf)
+        config = replace(config, nprobe_sweep=tuple(nprobe_sweep)) if nprobe_sweep else config
         result = run_scale(config)
         if serve:  # fresh server processes of their own: the numbers above are of this one
             from densehybrid.bench.scale_serve import run_serving
 
-            result["serving"] = run_serving(n, work, config.hnsw, config.seed)
+            result["serving"] = run_serving(n, work, config.ivf if ann == "ivf" else config.hnsw, config.seed)
         results.append(result)
     scale_report.print_table(results)
     scale_report.write_json(results, out)

@@ -9,20 +9,30 @@ from rich.console import Console
 from rich.table import Table
 
 PLOT_HINT = "pip install matplotlib"
+# each sweep of a result: its key, the name of a point (the knob's value added), and the knob
+SWEEPS = (("hnsw_sweep", "hnsw ef", "ef_search"), ("ivf_sweep", "ivf nprobe", "nprobe"))
+
+
+def _sweeps(result: dict):
+    """(name, knob, points) of each sweep ``result`` holds."""
+    return [(name, knob, result[key]) for key, name, knob in SWEEPS if result.get(key)]
 
 
 def print_table(results: list[dict], console: Console | None = None) -> None:
     table = Table(title="first stage, batch 1 (ms; this machine, one run)")
-    for column in ("rows x dim", "first stage", "p50", "p99", "recall@10", "rescore p50"):
+    for column in ("rows x dim", "first stage", "p50", "p99", "recall@10", "top-10 exact", "rescore p50"):
         table.add_column(column)
     for r in results:
         shape = f"{r['rows']:,} x {r['dim']}"
         flat = r["flat"]
         table.add_row(shape, "flat", f"{flat['first_stage']['p50']:.2f}", f"{flat['first_stage']['p99']:.2f}",
-                      f"{flat['recall_at_10']:.3f}", "-")
-        for s in r["hnsw_sweep"]:
-            table.add_row(shape, f"hnsw ef {s['ef_search']}", f"{s['first_stage']['p50']:.2f}",
-                          f"{s['first_stage']['p99']:.2f}", f"{s['recall_at_10']:.3f}", f"{s['rescore_ms_p50']:.3f}")
+                      f"{flat['recall_at_10']:.3f}", "-", "-")
+        for name, knob, points in _sweeps(r):
+            for s in points:
+                exact = f"{s['exact_top10']:.3f}" if "exact_top10" in s else "-"  # older runs did not count it
+                table.add_row(shape, f"{name} {s[knob]}", f"{s['first_stage']['p50']:.2f}",
+                              f"{s['first_stage']['p99']:.2f}", f"{s['recall_at_10']:.3f}", exact,
+                              f"{s['rescore_ms_p50']:.3f}")
     (console or Console()).print(table)
     serving = [r["serving"] for r in results if r.get("serving")]
     if serving:
@@ -30,14 +40,14 @@ def print_table(results: list[dict], console: Console | None = None) -> None:
 
 
 def print_serving(runs: list[dict], console: Console | None = None) -> None:
-    """One row per server: the model alone, then flat and hnsw over the imported rows."""
+    """One row per server: the model alone, then flat and hnsw or ivf over the imported rows."""
     table = Table(title="served over HTTP, default settings; RSS before the first query (this machine, one run)")
     for column in ("rows x dim", "server", "import s", "ready s", "RSS MB", "anon + file", "1st /search ms",
                    "/search p50"):
         table.add_column(column)
     for run in runs:
         shape = f"{run['rows']:,} x {run['dim']}"
-        for name in ("model_only", "flat", "hnsw"):
+        for name in ("model_only", "flat", *(ann for ann in ("hnsw", "ivf") if ann in run)):
             s, label = run[name], run["model"] if name == "model_only" else name
             memory = s["before_first_query"]
             table.add_row(shape, label, f"{s['import_s']:.1f}" if "import_s" in s else "-", f"{s['ready_s']:.1f}",
@@ -53,7 +63,7 @@ def write_json(results: list[dict], path: Path) -> Path:
 
 
 def plot(results: list[dict], path: Path) -> Path:
-    """Recall@10 against batch-1 p50 latency: one curve per ef_search sweep, the flat scan as a point."""
+    """Recall@10 against batch-1 p50 latency: one curve per sweep (ef_search or nprobe), the flat scan as a point."""
     try:
         import matplotlib
 
@@ -64,17 +74,18 @@ def plot(results: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in results:
         label = f"{r['rows']:,} x {r['dim']}"
-        line, = ax.plot([s["first_stage"]["p50"] for s in r["hnsw_sweep"]],
-                        [s["recall_at_10"] for s in r["hnsw_sweep"]], marker="o", label=f"hnsw, {label}")
-        for s in r["hnsw_sweep"]:
-            ax.annotate(str(s["ef_search"]), (s["first_stage"]["p50"], s["recall_at_10"]), fontsize=7,
-                        textcoords="offset points", xytext=(3, -9))
+        for name, knob, points in _sweeps(r):
+            line, = ax.plot([s["first_stage"]["p50"] for s in points], [s["recall_at_10"] for s in points],
+                            marker="o" if knob == "ef_search" else "^", label=f"{name.split()[0]}, {label}")
+            for s in points:
+                ax.annotate(str(s[knob]), (s["first_stage"]["p50"], s["recall_at_10"]), fontsize=7,
+                            textcoords="offset points", xytext=(3, -9))
         ax.plot([r["flat"]["first_stage"]["p50"]], [r["flat"]["recall_at_10"]], marker="s", linestyle="none",
-                color=line.get_color(), label=f"flat, {label}")
+                color=line.get_color(), label=f"flat, {label}" + (" (ivf run)" if r.get("ivf_sweep") else ""))
     ax.set_xscale("log")
     ax.set_xlabel("batch-1 first stage p50 (ms, log scale)")
     ax.set_ylabel("recall of the final top-10")
-    ax.set_title("HNSW (labels: ef_search) vs the exact flat scan")
+    ax.set_title("HNSW (labels: ef_search), IVF (labels: nprobe) vs the exact flat scan", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -23,6 +23,7 @@ from densehybrid.bench.timing import summarize
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index.building.commands import load_model
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
+from densehybrid.index.building.first_stage import AnnConfig
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 
 SERVE_MODEL = EncoderConfig(model="minilm", kind="cls", pooling="mean", normalize=True)
@@ -71,14 +72,15 @@ def serve_once(flags: list[str], queries: int = 40, ready_timeout_s: float = 600
         stop_process(proc)
 
 
-def _import(source: Path, out: Path, spec, ann: HNSWConfig | None) -> float:
+def _import(source: Path, out: Path, spec, ann: AnnConfig | None) -> float:
     started = time.perf_counter()
     import_pyserini(source, out, spec, ImportOptions(ann=ann))
     return round(time.perf_counter() - started, 2)
 
 
-def run_serving(rows: int, work: Path, hnsw: HNSWConfig = HNSWConfig(), seed: int = 0, queries: int = 40) -> dict:
-    """The model alone, then over ``rows`` imported rows: flat, then HNSW (see the module docstring)."""
+def run_serving(rows: int, work: Path, ann: AnnConfig = HNSWConfig(), seed: int = 0, queries: int = 40) -> dict:
+    """The model alone, then over ``rows`` imported rows: flat, then HNSW or IVF as ``ann`` says (see the module
+    docstring); the last under ``hnsw`` or ``ivf``."""
     spec = load_model(SERVE_MODEL, "cpu").spec
     work = work / f"serve-n{rows}-d{spec.dim}"
     shutil.rmtree(work, ignore_errors=True)
@@ -87,8 +89,8 @@ def run_serving(rows: int, work: Path, hnsw: HNSWConfig = HNSWConfig(), seed: in
     del xb
     result = {"model": SERVE_MODEL.model, "dim": spec.dim, "rows": rows, "model_only": serve_once(MODEL_FLAGS)}
     try:
-        for name, ann in (("flat", None), ("hnsw", hnsw)):
-            import_s = _import(source, work / name, spec, ann)
+        for name, first_stage in (("flat", None), (ann.to_dict()["type"], ann)):
+            import_s = _import(source, work / name, spec, first_stage)
             result[name] = {"import_s": import_s, **serve_once(["--index", str(work / name)], queries)}
             shutil.rmtree(work / name)
     finally:

@@ -185,7 +185,7 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     lam = index.lam if body.lam is None else body.lam
     params = SearchParams(k=k, offset=body.offset, first_stage=body.first_stage, candidates=candidates,
                           theta=body.theta, rerank=body.rerank, lam=body.lam, method=body.fusion, rrf_k=body.rrf_k,
-                          filter=body.filter, ef_search=body.ef_search)
+                          filter=body.filter, ef_search=body.ef_search, nprobe=body.nprobe)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
@@ -193,17 +193,20 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         per_query = [[] for _ in texts]
     answer = {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
               "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind,
-                        "first_stage": answered_by(index, body.ef_search)}}
+                        "first_stage": answered_by(index, body.ef_search, body.nprobe)}}
     if body.explain:
         answer["explained"] = explained_hits(rt, per_query)
     return answer
 
 
-def answered_by(index, ef_search: int | None) -> dict:
-    """The first stage that answered: its type and, for a graph, the breadth the search used."""
+def answered_by(index, ef_search: int | None, nprobe: int | None = None) -> dict:
+    """The first stage that answered: its type and, for a graph, the breadth the search used (for inverted
+    lists, the lists it scanned)."""
     first_stage = index.first_stage
     if "ef_search" in first_stage and ef_search is not None:
         first_stage = {**first_stage, "ef_search": ef_search}
+    if "nprobe" in first_stage and nprobe is not None:
+        first_stage = {**first_stage, "nprobe": nprobe}
     return first_stage
 
 
@@ -243,6 +246,7 @@ def info(rt: Runtime) -> dict:
                                              "precision": index.encoded_precision, "first_stage": index.first_stage},
         "search_lambda": None if index is None else float(index.lam),
         "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_ef_search": s.max_ef_search,
+                   "max_nprobe": s.max_nprobe,
                    "max_request_texts": s.max_request_texts,
                    "max_body_bytes": s.max_body_bytes, "max_batch_size": s.max_batch_size,
                    "max_explain_hits": s.max_explain_hits, "max_explain_terms": s.max_explain_terms,

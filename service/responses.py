@@ -65,10 +65,12 @@ class Hit(BaseModel):
 
 
 class FirstStage(BaseModel):
-    type: Literal["flat", "pq", "hnsw", "milvus"] = Field(description="what found the candidates: flat (an exact "
-                                                          "scan), pq or hnsw (approximate; the scores are still exact "
-                                                          "for hnsw), milvus (a collection)")
+    type: Literal["flat", "pq", "hnsw", "ivf", "milvus"] = Field(
+        description="what found the candidates: flat (an exact scan), pq, hnsw or ivf (approximate; the scores are "
+                    "still exact for hnsw and ivf), milvus (a collection)")
     ef_search: int | None = Field(None, description="hnsw: the graph breadth per query (in an answer: the one it used)")
+    nprobe: int | None = Field(None, description="ivf: the inverted lists scanned per query (in an answer: the ones "
+                                                 "it used)")
     index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
 
 

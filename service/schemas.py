@@ -166,6 +166,11 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
             description="an hnsw first stage: candidates the graph walk keeps per query (larger: slower, closer to "
                         "the exact top-k; raised to the first-stage depth); default: the index's; an exact first "
                         "stage ignores it. /info and each answer's `index` block name the first stage")
+        nprobe: Annotated[int, Ge(1), Le(limits.max_nprobe), BeforeValidator(json_number)] | None = Field(
+            None, examples=[8, 64],
+            description="an ivf first stage: inverted lists scanned per query (larger: slower, closer to the exact "
+                        "top-k); default: the index's; other first stages ignore it. /info and each answer's "
+                        "`index` block name the first stage")
         theta: JsonFloat = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
         rerank: JsonBool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")
         lam: Lambda | None = Field(None, alias="lambda",

@@ -99,6 +99,8 @@ class ServiceSettings(BaseSettings):
     max_candidates: int = Field(10000, ge=1, le=10000, description="largest first-stage depth K1")
     max_ef_search: int = Field(2048, ge=1, le=10000, description="largest ef_search (graph breadth) a search of an "
                                "hnsw first stage may ask for")
+    max_nprobe: int = Field(1024, ge=1, le=65536, description="largest nprobe (inverted lists scanned) a search of "
+                            "an ivf first stage may ask for")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body; checked before parsing")
     max_explain_hits: int = Field(100, ge=1, description="largest queries x k of a /search with explain=true")
@@ -197,7 +199,7 @@ class ServiceSettings(BaseSettings):
     @property
     def limits(self) -> "Limits":
         return Limits(self.max_k, self.max_candidates, self.max_request_texts, self.max_write_documents,
-                      self.max_document_chars, self.max_ef_search)
+                      self.max_document_chars, self.max_ef_search, self.max_nprobe)
 
     def encoder_config(self) -> EncoderConfig:
         """The model and encoder settings given (``None`` where not: the index's or the model's decide)."""
@@ -222,6 +224,7 @@ class Limits:
     max_write_documents: int = 64
     max_document_chars: int = 100_000
     max_ef_search: int = 2048
+    max_nprobe: int = 1024
 
 
 def is_loopback(host: str) -> bool:

@@ -225,10 +225,11 @@ def warm_up_params(index) -> SearchParams:
     An exhaustive first stage (flat, PQ, the torch scan, a Milvus FLAT collection) scans the first
     ``WARMUP_ROWS`` rows only: a full scan would page a whole memory-mapped index into memory before
     the first request asks for it. A graph walk reads about ``ef_search`` rows whatever the index's
-    size, so an HNSW first stage walks its graph as a request's would.
+    size, and inverted lists about ``nprobe`` lists, so those first stages search as a request's would.
     """
-    walks_graph = "ef_search" in index.first_stage  # a local or Milvus HNSW first stage names its breadth
-    bounded = not walks_graph and index.count > WARMUP_ROWS
+    # a local or Milvus HNSW first stage names its breadth, an IVF one its lists
+    walks_part = "ef_search" in index.first_stage or "nprobe" in index.first_stage
+    bounded = not walks_part and index.count > WARMUP_ROWS
     return SearchParams(k=max(1, min(10, index.count)), candidates=max(1, min(100, index.count)),
                         row_limit=WARMUP_ROWS if bounded else None)
 

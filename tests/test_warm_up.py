@@ -23,6 +23,7 @@ from densehybrid.index.building import build
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
+from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.params import SearchParams
@@ -49,7 +50,8 @@ def _import(root: Path, count: int, dim: int = DIM, seed: int = 0, **options) ->
 def indexes(tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
     return {"flat": _import(root, 3000), "pq": _import(root, 3000, seed=1, pq=PQConfig(m=4, train_size=3000)),
-            "hnsw": _import(root, 3000, seed=2, ann=HNSWConfig(m=8, ef_construction=32))}
+            "hnsw": _import(root, 3000, seed=2, ann=HNSWConfig(m=8, ef_construction=32)),
+            "ivf": _import(root, 3000, seed=3, ann=IVFConfig(nlist=16, nprobe=2))}
 
 
 def test_rows_below_is_a_prefix_mask_within_a_filter():
@@ -107,6 +109,10 @@ def test_the_warm_up_scans_the_first_rows_only(indexes, kind):
 
 def test_the_warm_up_walks_a_graph_unrestricted(indexes):
     assert _warm_up_selections(indexes["hnsw"]) == [None]  # a walk reads about ef_search rows anyway
+
+
+def test_the_warm_up_scans_inverted_lists_unrestricted(indexes):
+    assert _warm_up_selections(indexes["ivf"]) == [None]  # a scan reads about nprobe lists anyway
 
 
 def test_a_tiny_index_warms_up_over_all_its_rows(tmp_path):

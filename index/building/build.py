@@ -25,10 +25,9 @@ from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, files
 from densehybrid.index.search import fusion
 from densehybrid.index.building import fusion_auto, lambda_auto, shards
-from densehybrid.index.building.first_stage import check_first_stage
+from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
-from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
 from densehybrid.index.storage.payload import Payload, PayloadBuilder, PayloadError
@@ -44,8 +43,8 @@ class BuildOptions:
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
     pq: faiss_engine.PQConfig | None = None
-    # an approximate first stage (an HNSW graph beside the exact rows); None: the exact flat scan
-    ann: HNSWConfig | None = None
+    # an approximate first stage (an HNSW graph or an IVF beside the exact rows); None: the exact flat scan
+    ann: AnnConfig | None = None
     # the element type of the one stored copy of the vectors (index.storage.vectors): float16 or float32
     values_dtype: str = "float16"
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion);
@@ -219,7 +218,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
                       lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
                       shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None,
-                      values_dtype: str = "float16", ann: HNSWConfig | None = None) -> Path:
+                      values_dtype: str = "float16", ann: AnnConfig | None = None) -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
     ``payload`` adds filterable field columns (one row per document)."""
     out = Path(out)

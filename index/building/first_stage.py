@@ -3,7 +3,8 @@
 :func:`write_vectors_and_first_stage` streams the rows once into ``vectors.faiss`` (the one copy,
 ``index.storage.vectors``) and then builds any approximate first stage from that file's memory map,
 in its own file (IndexPQ in ``first_stage.faiss``, or with ``ann`` an HNSW graph in
-``first_stage.hnsw.faiss``, ``index.building.ann``). It returns the manifest's ``first_stage`` entry.
+``first_stage.hnsw.faiss``, ``index.building.ann``, or inverted lists in ``first_stage.ivf.faiss``,
+``index.building.ivf``). It returns the manifest's ``first_stage`` entry.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ import faiss
 import numpy as np
 
 from densehybrid.index.building.ann import write_ann
+from densehybrid.index.building.ivf import write_ivf
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
+from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage.files import FIRST_STAGE
 from densehybrid.index.storage.vectors import VECTORS, open_vectors, write_vectors
 
 _ADD_ROWS = 65_536
+AnnConfig = HNSWConfig | IVFConfig  # an approximate first stage beside the exact rows, rescored from them
 
 
 def write_vectors_and_first_stage(directory: Path, parts: Iterable[np.ndarray], *, count: int, dim: int,
                                   values_dtype: str = "float16",
-                                  pq: faiss_engine.PQConfig | None = None, ann: HNSWConfig | None = None) -> dict:
+                                  pq: faiss_engine.PQConfig | None = None, ann: AnnConfig | None = None) -> dict:
     """``parts``: (n, dim) arrays, ``count`` rows in all, in row order -> the manifest's ``first_stage``."""
     check_first_stage(pq, ann)
     try:
@@ -36,15 +40,21 @@ def write_vectors_and_first_stage(directory: Path, parts: Iterable[np.ndarray], 
     if pq is None and ann is None:
         return {"type": "flat_ip"}
     _, values = open_vectors(directory / VECTORS, count=count, dim=dim, dtype=values_dtype)
-    if ann is not None:  # the graph of the stored copy (as the searches' exact rescoring reads it)
-        return write_ann(values, directory, ann)
+    if ann is not None:  # built from the stored copy (as the searches' exact rescoring reads it)
+        return write_approximate(values, directory, ann)
     faiss.write_index(_pq_index(values, pq), str(directory / FIRST_STAGE))
     return pq.to_dict()
 
 
-def check_first_stage(pq: faiss_engine.PQConfig | None, ann: HNSWConfig | None) -> None:
+def write_approximate(values: np.ndarray, directory: Path, ann: AnnConfig) -> dict:
+    """The HNSW graph or the IVF of ``values`` (N, dim) in ``directory`` -> the manifest's ``first_stage``."""
+    return write_ivf(values, directory, ann) if isinstance(ann, IVFConfig) else write_ann(values, directory, ann)
+
+
+def check_first_stage(pq: faiss_engine.PQConfig | None, ann: AnnConfig | None) -> None:
     if pq is not None and ann is not None:
-        raise ValueError("PQ and HNSW are two first stages: choose one (--pq with --ann flat, or --ann hnsw)")
+        raise ValueError("PQ and an approximate first stage are two first stages: choose one (--pq with "
+                         "--ann flat, or --ann hnsw/ivf)")
 
 
 def _pq_index(values: np.ndarray, pq: faiss_engine.PQConfig) -> faiss.Index:

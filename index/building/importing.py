@@ -27,10 +27,9 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index.building import shards
-from densehybrid.index.building.ann import write_ann
 from densehybrid.index.building.build import read_corpus, read_payload
-from densehybrid.index.building.first_stage import check_first_stage, write_vectors_and_first_stage
-from densehybrid.index.engines.hnsw_engine import HNSWConfig
+from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage, write_approximate,
+                                                   write_vectors_and_first_stage)
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage import files
@@ -49,7 +48,7 @@ class ImportOptions:
     corpus: Path | None = None
     values_dtype: str = "float16"
     pq: faiss_engine.PQConfig | None = None
-    ann: HNSWConfig | None = None  # an HNSW graph first stage (index.building.ann), rescored exactly
+    ann: AnnConfig | None = None  # an HNSW graph or IVF first stage (index.building.ann, .ivf), rescored exactly
     name: str | None = None
     overwrite: bool = False
     fields: tuple[str, ...] = ()
@@ -136,7 +135,7 @@ def _write_vectors(source: PyseriniIndex, staged: Path, options: ImportOptions) 
             os.link(source.index_file, staged / VECTORS)
         except OSError:
             shutil.copyfile(source.index_file, staged / VECTORS)
-        return {"type": "flat_ip"} if options.ann is None else write_ann(source.rows, staged, options.ann)
+        return {"type": "flat_ip"} if options.ann is None else write_approximate(source.rows, staged, options.ann)
     parts = (source.rows[s:s + _CHUNK_ROWS] for s in range(0, len(source.rows), _CHUNK_ROWS))
     return write_vectors_and_first_stage(staged, parts, count=len(source.rows), dim=source.rows.shape[1],
                                          values_dtype=options.values_dtype, pq=options.pq, ann=options.ann)

@@ -24,8 +24,7 @@ import numpy as np
 from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.building.first_stage import write_vectors_and_first_stage
-from densehybrid.index.engines.hnsw_engine import HNSWConfig
+from densehybrid.index.building.first_stage import AnnConfig, write_vectors_and_first_stage
 from densehybrid.index.storage.files import GATES, VALUES, write_doc_ids
 
 STATE = "build.json"
@@ -100,7 +99,7 @@ def iter_shard_docs(work: Path) -> Iterator[Document]:
 
 
 def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engine.PQConfig | None,
-             values_dtype: str = "float16", ann: HNSWConfig | None = None) -> tuple[Path, dict]:
+             values_dtype: str = "float16", ann: AnnConfig | None = None) -> tuple[Path, dict]:
     """Concatenate the shards into ``work/index`` (everything but the manifest) -> (that directory,
     the manifest's ``first_stage`` entry)."""
     staged = work / "index"

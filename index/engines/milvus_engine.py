@@ -54,10 +54,15 @@ def call(uri: str, what: str, fn: Callable, *args, **kwargs):
 
 def vector_index(first_stage: dict) -> dict:
     """``add_index`` arguments of a collection's vectors for a local index's first stage: Milvus's own HNSW
-    with the graph's ``M`` and ``efConstruction`` for an ``hnsw`` index, else FLAT (exact); metric IP."""
+    with the graph's ``M`` and ``efConstruction`` for an ``hnsw`` index, its IVF with the lists' ``nlist``
+    for an ``ivf`` one (IVF_SQ8 for 8-bit codes; Milvus has no float16 lists, so IVF_FLAT for ``fp16``),
+    else FLAT (exact); metric IP."""
     if first_stage.get("type") == "hnsw":
         return {"index_type": "HNSW", "metric_type": "IP",
                 "params": {"M": int(first_stage["m"]), "efConstruction": int(first_stage["ef_construction"])}}
+    if first_stage.get("type") == "ivf":
+        return {"index_type": "IVF_SQ8" if first_stage["encoding"] == "sq8" else "IVF_FLAT", "metric_type": "IP",
+                "params": {"nlist": int(first_stage["nlist"])}}
     return {"index_type": "FLAT", "metric_type": "IP"}
 
 
@@ -65,23 +70,27 @@ def vector_index(first_stage: dict) -> dict:
 
 class MilvusStore(VectorStore):
     """A collection as a :class:`~densehybrid.index.search.vector_store.VectorStore`: IP search in Milvus (its
-    FLAT or HNSW index, ``index_type``), the exact rerank in numpy on the candidates' vectors, fetched once
-    per search. ``ef_search``: an HNSW collection's default breadth (Milvus's ``ef``)."""
+    FLAT, HNSW or IVF index, ``index_type``), the exact rerank in numpy on the candidates' vectors, fetched
+    once per search. ``ef_search``: an HNSW collection's default breadth (Milvus's ``ef``); ``nprobe``: an
+    IVF collection's default lists scanned."""
 
     def __init__(self, client, uri: str, collection: str, dim: int, gated_dim: int, *, index_type: str = "FLAT",
-                 ef_search: int = 128):
+                 ef_search: int = 128, nprobe: int = 16):
         self.client, self.uri, self.collection = client, uri, collection
         self.dim, self.gated_dim = dim, gated_dim
-        self.index_type, self.ef_search = index_type, ef_search
-        self.first_stage = "hnsw" if index_type.startswith("HNSW") else "flat"
+        self.index_type, self.ef_search, self.nprobe = index_type, ef_search, nprobe
+        self.first_stage = ("hnsw" if index_type.startswith("HNSW") else
+                            "ivf" if index_type.startswith("IVF") else "flat")
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
-                      ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      ef_search: int | None = None, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         # a filter goes to Milvus as its boolean expression: FLAT search scans the matching rows only
         kept = {} if selection is None else {"filter": selection.expression}
         params = {"metric_type": "IP"}
         if self.first_stage == "hnsw":  # Milvus wants ef >= the limit
             params["params"] = {"ef": max(ef_search or self.ef_search, depth)}
+        if self.first_stage == "ivf":
+            params["params"] = {"nprobe": nprobe or self.nprobe}
         found = call(self.uri, "search", self.client.search, self.collection, data=[q.tolist() for q in xq],
                       anns_field="vector", limit=depth, search_params=params, output_fields=["row"], **kept)
         scores = np.full((len(xq), depth), -np.inf, dtype=np.float32)

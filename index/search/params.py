@@ -23,7 +23,8 @@ class SearchParams:
     ``dhr``/``fusion`` (``index.search.fusion``; None: the index's, or the raw λ sum when ``lam`` is
     given), with ``dense_weight`` and ``rrf_k`` (None: the index's); ``filter`` an
     ``index.search.filters`` node (hashable: equal filters search together); ``ef_search`` the graph
-    breadth of an ``hnsw`` first stage (None: the index's; exact first stages ignore it); ``row_limit``
+    breadth of an ``hnsw`` first stage and ``nprobe`` the lists an ``ivf`` one scans (None: the index's;
+    other first stages ignore them); ``row_limit``
     searches rows ``0 .. row_limit - 1`` of the stored index only (None: all): the start-up warm-up's
     search, which must not read every row of a memory-mapped index."""
 
@@ -39,6 +40,7 @@ class SearchParams:
     rrf_k: float | None = None
     filter: Filter | None = None
     ef_search: int | None = None
+    nprobe: int | None = None
     row_limit: int | None = None
 
     def but(self, **changes) -> SearchParams:

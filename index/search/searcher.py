@@ -122,7 +122,7 @@ class Searcher:
 
     @property
     def first_stage(self) -> str:
-        """What answers a first stage ``ip``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate)."""
+        """What answers a first stage ``ip``: ``flat`` (exact), ``pq``, ``hnsw`` or ``ivf`` (approximate)."""
         return self.store.first_stage
 
     @property
@@ -157,11 +157,12 @@ class Searcher:
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
                      selection: Selection | None = None):
-        # a filter's rows only when it drops some; a graph breadth only to a store that walks a graph
+        # a filter's rows only when it drops some; a graph breadth or lists to scan only to a store that has them
         kept = {} if selection is None else {"selection": selection}
         if params.first_stage == "approx_gip":  # a scan of the query's active columns: no graph to widen
             return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
         kept |= {"ef_search": params.ef_search} if params.ef_search is not None and self.first_stage == "hnsw" else {}
+        kept |= {"nprobe": params.nprobe} if params.nprobe is not None and self.first_stage == "ivf" else {}
         return self.store.inner_product(xq, depth, **kept)
 
     def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,

@@ -24,8 +24,8 @@ from densehybrid.index.search.filters import Selection
 
 @runtime_checkable
 class VectorStore(Protocol):
-    #: what answers ``inner_product``: ``flat`` (exact), ``pq`` or ``hnsw`` (approximate candidates;
-    #: ``inner_product`` then also takes ``ef_search``, the graph breadth)
+    #: what answers ``inner_product``: ``flat`` (exact), ``pq``, ``hnsw`` or ``ivf`` (approximate candidates;
+    #: ``inner_product`` then also takes ``ef_search``, the graph breadth, or ``nprobe``, the lists scanned)
     first_stage: str
 
     def inner_product(self, xq: np.ndarray, depth: int,

@@ -9,6 +9,7 @@ Layout of a published index::
     gates.npy       (N, gated_dim) uint8, only for gated kinds
     first_stage.faiss   only for a PQ first stage (IndexPQ)
     first_stage.hnsw.faiss  only for an ``hnsw`` first stage: a graph over 8-bit or float16 codes
+    first_stage.ivf.faiss   only for an ``ivf`` first stage: inverted lists of 8-bit or float16 codes
     doc_ids.npy     ids in row order (fixed-width UTF-8) and doc_ids.order.npy, the rows in id order
                     (``index.storage.doc_ids``; format 2 and older: doc_ids.json, a JSON list)
     docs.sqlite     table docs(row, id, title, text)
@@ -42,7 +43,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.engines import hnsw_engine
+from densehybrid.index.engines import hnsw_engine, ivf_engine
 from densehybrid.index.storage import doc_ids as ids_file
 from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
@@ -60,7 +61,7 @@ VALUES = "values.npy"
 GATES = "gates.npy"
 FIRST_STAGE = "first_stage.faiss"
 DOC_IDS = ids_file.LEGACY_JSON  # formats 1 and 2
-_OWN_FIRST_STAGE = ("flat_ip", "hnsw")  # first stages of format 2 with no first_stage.faiss
+_OWN_FIRST_STAGE = ("flat_ip", "hnsw", "ivf")  # first stages of format 2 with no first_stage.faiss
 # -- writing -----------------------------------------------------------------------------
 
 write_doc_ids = ids_file.write  # the ids in row order: str, or stored keys (a fold copies them as they are)
@@ -157,6 +158,7 @@ def verify_files(directory: Path, manifest: dict, *, checksums: bool = False) ->
     required = required_files(manifest)
     required |= {PAYLOAD} if manifest.get("fields") else set()
     required |= {hnsw_engine.ANN_FILE} if hnsw_engine.is_hnsw(manifest["first_stage"]) else set()
+    required |= {ivf_engine.ANN_FILE} if ivf_engine.is_ivf(manifest["first_stage"]) else set()
     required |= {hnsw_engine.NODE_ROWS} if manifest["first_stage"].get("node_rows") else set()
     missing = sorted(required - set(listed))
     if missing:
@@ -193,7 +195,14 @@ def _load_faiss(path: Path, count: int, dim: int) -> faiss.Index:
 
 
 def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> tuple[faiss.Index | None, np.ndarray | None]:
-    """-> (the graph of an hnsw first stage, searched beside the exact rows, its node -> row map or None)."""
+    """-> (the graph of an hnsw first stage or the lists of an ivf one, searched beside the exact rows, the
+    graph's node -> row map or None)."""
+    if ivf_engine.is_ivf(manifest["first_stage"]):
+        path = directory / ivf_engine.ANN_FILE
+        try:
+            return ivf_engine.read_ivf(path, count, dim, ivf_engine.IVFConfig.from_dict(manifest["first_stage"])), None
+        except (TypeError, ValueError) as exc:
+            raise _fail(path, str(exc)) from exc
     path = directory / hnsw_engine.ANN_FILE
     if not hnsw_engine.is_hnsw(manifest["first_stage"]):
         return None, None
@@ -238,7 +247,7 @@ def _load_vectors(directory: Path, manifest: dict, count: int, dim: int) -> tupl
         flat, values = open_vectors(directory / VECTORS, count=count, dim=dim, dtype=dtype)
     except (VectorFileError, ValueError) as exc:
         raise _fail(directory / VECTORS, str(exc)) from exc
-    if manifest["first_stage"].get("type") in _OWN_FIRST_STAGE:  # an hnsw graph is loaded beside (load_ann)
+    if manifest["first_stage"].get("type") in _OWN_FIRST_STAGE:  # a graph or lists are loaded beside (load_ann)
         return flat, values
     return _load_faiss(directory / FIRST_STAGE, count, dim), values
 

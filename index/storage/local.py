@@ -12,7 +12,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
-from densehybrid.index.engines import faiss_engine, hnsw_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
@@ -34,7 +34,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     faiss: faiss.Index
     docs: DocTable
     payload: Payload  # the filterable field columns (none for an index without fields)
-    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``), when the index has one
+    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``, ``ivf_engine``), when it has one
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
 
     remote = False
@@ -42,7 +42,9 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
 
     @property
     def first_stage_kind(self) -> str:
-        return "hnsw" if self.ann is not None else faiss_engine.first_stage_description(self.faiss)
+        if self.ann is not None:
+            return "ivf" if ivf_engine.is_ivf(self.manifest["first_stage"]) else "hnsw"
+        return faiss_engine.first_stage_description(self.faiss)
 
     def row_of(self, doc_id: str) -> int | None:
         row = int(self.doc_ids.rows_of([doc_id])[0])
@@ -63,10 +65,13 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:
-        """Faiss on the CPU (its HNSW graph when the index has one); the exact torch engine on a CUDA
+        """Faiss on the CPU (its HNSW graph or IVF when the index has one); the exact torch engine on a CUDA
         device (or on the CPU when asked)."""
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
+            if ivf_engine.is_ivf(self.manifest["first_stage"]):
+                nprobe = ivf_engine.IVFConfig.from_dict(self.manifest["first_stage"]).nprobe
+                return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe)
             if self.ann is not None:
                 ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
                 return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search,

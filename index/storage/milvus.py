@@ -149,5 +149,6 @@ def open_collection(uri: str, collection: str, *, timeout_s: float = 10.0, clien
     log.info("opened Milvus collection %s at %s: %s rows, kind %s", collection, uri, manifest["count"], spec.kind)
     described = call(uri, "describe_index", client.describe_index, collection, "vector")
     store = MilvusStore(client, uri, collection, spec.dim, spec.gated_dim, index_type=described["index_type"],
-                        ef_search=int(manifest["first_stage"].get("ef_search", 128)))
+                        ef_search=int(manifest["first_stage"].get("ef_search", 128)),
+                        nprobe=int(manifest["first_stage"].get("nprobe", 16)))
     return MilvusIndex(uri, collection, manifest, spec, store)

@@ -2,8 +2,8 @@
 
 A collection ``NAME`` holds one entity per index row: ``row`` (INT64 primary key),
 ``doc_id``, ``title``, ``text``, ``vector`` (FLOAT_VECTOR, the exact float32 values of
-the local FlatIP first stage, indexed FLAT with metric IP, or Milvus's HNSW when the local index
-has an ``hnsw`` first stage) and, for gated kinds,
+the local FlatIP first stage, indexed FLAT with metric IP, or Milvus's HNSW or IVF when the local
+index has an ``hnsw`` or ``ivf`` first stage) and, for gated kinds,
 ``gates`` (INT16 array). A companion collection ``NAME__meta`` holds the index manifest
 and the export's progress as JSON, so that a collection alone is enough to serve
 (model identity, λ and dims travel with it; the local directory may be gone). An export
@@ -135,7 +135,7 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     and the export continues from there. The record is marked complete last; loading
     refuses a collection whose export has not finished.
     """
-    if index.manifest["first_stage"].get("type") not in ("flat_ip", "hnsw"):  # the rows exact, not PQ codes
+    if index.manifest["first_stage"].get("type") not in ("flat_ip", "hnsw", "ivf"):  # the rows exact, not PQ codes
         raise IndexAccessError(f"{index.path}: export needs the exact flat_ip first stage (this index has "
                               f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()

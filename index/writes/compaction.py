@@ -32,9 +32,9 @@ from densehybrid.index import errors
 
 from densehybrid.index.storage import files
 
-from densehybrid.index.building import ann, shards
+from densehybrid.index.building import ann, ivf, shards
 from densehybrid.index.building.first_stage import write_vectors_and_first_stage
-from densehybrid.index.engines import faiss_engine, hnsw_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
 from densehybrid.index.storage.documents import write_docs_folded
@@ -93,6 +93,16 @@ def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) 
                         hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]))
 
 
+def _folded_lists(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
+    """The base's inverted lists without its dropped rows, the kept ones renumbered and the written rows
+    added (or trained anew: ``ivf.fold_ivf``) -> the manifest's ``first_stage`` record."""
+    new_row_of = np.full(base.count, -1, np.int64)
+    new_row_of[keep] = np.arange(len(keep))
+    _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
+    return ivf.fold_ivf(values, staged, base.path, new_row_of, len(keep),
+                        ivf_engine.IVFConfig.from_dict(base.manifest["first_stage"]))
+
+
 def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it).
 
@@ -117,6 +127,8 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
                                                 pq=_pq_config(base.manifest["first_stage"]))
     if hnsw_engine.is_hnsw(base.manifest["first_stage"]):
         first_stage = _folded_graph(base, staged, keep, count)
+    if ivf_engine.is_ivf(base.manifest["first_stage"]):
+        first_stage = _folded_lists(base, staged, keep, count)
     if spec.gated_dim:
         shards.write_rows(staged / files.GATES, _blocks(base.gates, runs, gates), (count, spec.gated_dim), np.uint8)
     files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs, [d.id for d in written]))

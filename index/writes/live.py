@@ -98,10 +98,11 @@ class LiveIndex(ManifestView, ServedIndex):
 
     @property
     def first_stage(self) -> dict:
-        """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|milvus} and, for a graph, its default
-        ``ef_search``."""
+        """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|ivf|milvus} and, for a graph, its default
+        ``ef_search`` (for inverted lists, its default ``nprobe``)."""
         store = self._state.searcher.store
         ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
+        ef |= {"nprobe": store.nprobe} if store.first_stage == "ivf" else {}
         if self.base.remote:
             return {"type": "milvus", "index_type": store.index_type, **ef}
         return {"type": store.first_stage, **ef}

@@ -1,0 +1,62 @@
+"""An IVF index exported to Milvus Lite becomes a collection with Milvus's IVF index (IVF_SQ8 for 8-bit
+codes, IVF_FLAT for float16 ones, the same nlist in its params), searched with ``nprobe``.
+
+Milvus Lite (3.2) trains lists of its own whatever ``nlist`` says (2,000 rows went to 128 lists with
+nlist 8, 120 rows to 120), and does not report an index's params: ``nlist`` is checked in the
+arguments the export passes, and the exact search scans at least as many lists as Lite has."""
+
+import json
+
+import numpy as np
+import pytest
+
+from densehybrid.index.building.build import BuildOptions, build_index
+from densehybrid.index.engines.ivf_engine import IVFConfig
+from densehybrid.index.engines.milvus_engine import vector_index
+from densehybrid.index.search.params import SearchParams
+from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.storage import milvus, milvus_export
+from densehybrid.index.storage.files import load_index
+
+from support.milvus_lite import stop_lite_servers  # noqa: F401 - a module fixture, used by being imported
+from support.fake_encoder import FakeEncoder
+
+pytestmark = pytest.mark.slow  # Milvus Lite: a store process per database file
+
+ANN = IVFConfig(nlist=8, nprobe=2, encoding="fp16")
+QUERIES = ["graph search", "vector 17", "disk memory recall"]
+
+
+@pytest.fixture(scope="module", params=["fp16", "sq8"])
+def exported(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"ivf-milvus-{request.param}")
+    corpus = root / "corpus.jsonl"
+    words = ["graph", "vector", "search", "disk", "memory", "recall"]
+    corpus.write_text("".join(json.dumps({"_id": f"D{i}", "text": f"{words[i % 6]} {words[i * 5 % 6]} {i}"}) + "\n"
+                              for i in range(120)))
+    directory = build_index(FakeEncoder("cls"), corpus, root / "ivf", BuildOptions(progress=False, ann=IVFConfig(nlist=8, nprobe=2, encoding=request.param)))
+    uri = str(root / "ivf.db")
+    milvus_export.export_index(load_index(directory), uri, f"ivf_{request.param}", batch_size=64)
+    return load_index(directory), milvus.open_collection(uri, f"ivf_{request.param}")
+
+
+def test_the_collection_index_is_milvus_ivf_of_the_codes(exported):
+    local, collection = exported
+    described = collection.store.client.describe_index(collection.store.collection, "vector")
+    assert (described["index_type"], described["metric_type"]) == (vector_index(local.manifest["first_stage"])["index_type"], "IP")
+    assert collection.store.first_stage == "ivf" and collection.store.nprobe == 2
+
+
+def test_milvus_ivf_params_follow_the_codes():
+    assert vector_index(ANN.to_dict()) == {"index_type": "IVF_FLAT", "metric_type": "IP", "params": {"nlist": 8}}
+    assert vector_index(IVFConfig(nlist=64).to_dict()) == {"index_type": "IVF_SQ8", "metric_type": "IP",
+                                                           "params": {"nlist": 64}}
+
+
+def test_scanning_every_list_gives_the_local_exact_top10(exported):
+    local, collection = exported
+    queries = FakeEncoder("cls").encode(QUERIES, "query")
+    want = Searcher(local, engine="torch").search(queries, SearchParams(k=10))
+    got = Searcher(collection).search(queries, SearchParams(k=10, nprobe=128))
+    assert got.ids == want.ids
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-3, atol=1e-3)
