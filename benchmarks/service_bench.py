@@ -9,30 +9,23 @@ is the default batcher (32 texts, 2 ms wait), "off" is one text per forward.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import http.client
-import itertools
-import json
 import logging
-import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.parse
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import numpy as np
 
 from densehybrid.encoder.random_checkpoint import write_random_checkpoint
+from densehybrid.bench import http_load
 from densehybrid.bench.servers import free_port, stop_process
-from densehybrid.bench.timing import ratio, summarize, time_calls
+from densehybrid.bench.timing import ratio, time_calls
 from densehybrid.encoder.base import Encoded
 from densehybrid.encoder.loading import load_encoder
 from densehybrid.index.search.params import SearchParams
@@ -47,7 +40,6 @@ BATCHING = {"on": {"max_batch_size": 32, "max_wait_ms": 2.0}, "on_nowait": {"max
             "off": {"max_batch_size": 1, "max_wait_ms": 0.0}}
 # the stages an in-process call also runs; everything else in a request's latency is service overhead
 # (HTTP, JSON, validation, the hop to the encoder worker and its queue wait)
-WORK_STAGES = ("tokenize_ms", "encode_ms", "search_ms", "rerank_ms")
 
 
 def query_texts(count: int, seed: int = 0) -> list[str]:
@@ -71,7 +63,8 @@ def build_index(root: Path, encoder, docs: int) -> Path:
 def in_process(encoder, index_dir: Path, texts: list[str], repeats: int, device: str | None = None) -> dict:
     """Encode, and encode + search, called directly: the search on the device the server picks for it."""
     from densehybrid.index.storage.files import load_index
-    from densehybrid.index.search.searcher import Searcher, resolve_search_device
+    from densehybrid.index.search.search_device import resolve_search_device
+    from densehybrid.index.search.searcher import Searcher
 
     index = load_index(index_dir)
     searcher = Searcher(index, device=resolve_search_device(device, index))
@@ -142,7 +135,7 @@ def noop_floor(config, texts: list[str]) -> dict:
     """/search latency of a do-nothing FastAPI handler in its own process: the HTTP+JSON floor."""
     port = free_port()
     with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as (url, _):
-        return _drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1)
+        return http_load.drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1)
 
 
 @contextlib.contextmanager
@@ -157,106 +150,14 @@ def server_thread(index_dir: Path, backend: str, device: str | None, batching: d
         yield server.url, None
 
 
-@dataclass
-class _Samples:
-    """One client's requests: per-request latencies and the server's own times (ms), and when it ran."""
-
-    latencies: list[float] = field(default_factory=list)
-    server_total: list[float] = field(default_factory=list)
-    overhead: list[float] = field(default_factory=list)  # client latency minus the server's work stages
-    began: float = 0.0  # wall-clock seconds (time.time), comparable across processes
-    ended: float = 0.0
-
-
-class _Connection:
-    """One keep-alive HTTP/1.1 connection of the standard library: a tenth of httpx's client time per
-    request on the loopback (0.6 against 1.6 ms for a do-nothing handler here), so a level measures the
-    server rather than the client."""
-
-    def __init__(self, url: str):
-        parts = urllib.parse.urlsplit(url)
-        self.http = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
-
-    def post(self, route: str, body: dict) -> dict:
-        self.http.request("POST", route, json.dumps(body), {"Content-Type": "application/json"})
-        reply = self.http.getresponse()
-        payload = reply.read()
-        if reply.status != 200:
-            raise RuntimeError(f"POST {route} answered {reply.status}: {payload[:300]!r}")
-        return json.loads(payload)
-
-
-def _drive_samples(url: str, route: str, bodies: list[dict], concurrency: int,
-                   start_at: float | None = None) -> _Samples:
-    """``concurrency`` closed-loop clients, a thread and a connection each, sharing ``bodies``."""
-    samples = _Samples()
-    pending = iter(bodies)
-    lock = threading.Lock()
-    connections = [_Connection(url) for _ in range(concurrency)]
-    for connection, body in zip(connections, itertools.cycle(bodies[:2])):  # warm connections and caches
-        connection.post(route, body)
-
-    def worker(connection: _Connection) -> None:
-        while True:
-            with lock:
-                body = next(pending, None)
-            if body is None:
-                return
-            start = time.perf_counter()
-            timing = connection.post(route, body)["timing"]
-            latency = (time.perf_counter() - start) * 1000.0
-            with lock:
-                samples.latencies.append(latency)
-                samples.server_total.append(timing["total_ms"])
-                samples.overhead.append(latency - sum(timing.get(stage, 0.0) for stage in WORK_STAGES))
-
-    if start_at is not None:  # every client process starts at once
-        time.sleep(max(0.0, start_at - time.time()))
-    samples.began = time.time()
-    with concurrent.futures.ThreadPoolExecutor(concurrency) as threads:
-        list(threads.map(worker, connections))
-    samples.ended = time.time()
-    for connection in connections:
-        connection.http.close()
-    return samples
-
-
-def _summary(parts: list[_Samples], requests: int) -> dict:
-    latencies = [x for part in parts for x in part.latencies]
-    wall = max(part.ended for part in parts) - min(part.began for part in parts)
-    t = summarize(latencies)
-    return {"p50_ms": round(t.p50, 3), "p95_ms": round(t.p95, 3), "rps": round(requests / wall, 2),
-            "server_total_p50_ms": round(float(np.median([x for p in parts for x in p.server_total])), 3),
-            "overhead_p50_ms": round(float(np.median([x for p in parts for x in p.overhead])), 3),
-            "client_processes": len(parts)}
-
-
-def _drive(url: str, route: str, bodies: list[dict], concurrency: int) -> dict:
-    """One level from this process's own client."""
-    return _summary([_drive_samples(url, route, bodies, concurrency)], len(bodies))
-
-
-def _drive_level(url: str, route: str, bodies: list[dict], concurrency: int, pool, processes: int) -> dict:
-    """One level, its connections spread over the pool's client processes when there is a pool: one
-    Python process's clients share one interpreter lock, which caps them below what a GPU server answers."""
-    processes = 1 if pool is None else min(processes, concurrency)
-    if processes == 1:
-        return _drive(url, route, bodies, concurrency)
-    start_at = time.time() + 1.0  # after every process has warmed its connections
-    shares = [(bodies[i::processes], concurrency // processes + (i < concurrency % processes))
-              for i in range(processes)]
-    futures = [pool.submit(_drive_samples, url, route, share, connections, start_at) for share, connections in shares]
-    return _summary([f.result() for f in futures], len(bodies))
-
-
 def load_levels(url: str, config, texts: list[str]) -> dict:
     routes = {"/search": [{"query": t, "k": 10} for t in texts],
               "/encode": [{"texts": [t], "role": "query"} for t in texts]}
     out: dict = {}
-    with _client_pool(config.client_processes) as pool:
+    with http_load.client_pool(config.client_processes) as pool:
         for route, bodies in routes.items():
             for c in config.concurrency:
-                level = out.setdefault(route, {})[f"c{c}"] = _drive_level(url, route, bodies, c, pool, config.client_processes)
+                level = out.setdefault(route, {})[f"c{c}"] = http_load.drive_level(url, route, bodies, c, pool, config.client_processes)
                 log.info("%s at %d clients: %s requests/s, p50 %s ms", route, c, level["rps"], level["p50_ms"])
     return out
 
@@ -277,20 +178,10 @@ def profiled_level(url: str, pid: int, config, texts: list[str], out_dir: Path) 
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # py-spy attaches
     bodies = [{"query": t, "k": 10} for t in texts] * 4  # long enough to fill most of the recording
-    with _client_pool(config.client_processes) as pool:
-        level = _drive_level(url, "/search", bodies, concurrency, pool, config.client_processes)
+    with http_load.client_pool(config.client_processes) as pool:
+        level = http_load.drive_level(url, "/search", bodies, concurrency, pool, config.client_processes)
     _, errors = spy.communicate(timeout=60)
     return {**level, "stacks": stacks.name if stacks.exists() else None, "py_spy": errors[-500:]}
-
-
-@contextlib.contextmanager
-def _client_pool(processes: int):
-    if processes <= 1:
-        yield None
-        return
-    # spawn: the parent may hold a CUDA context, which a forked child must not inherit
-    with concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield pool
 
 
 def run(config, device: str | None) -> dict:

@@ -29,7 +29,8 @@ from densehybrid.index.storage.files import load_index
 from densehybrid.index.search.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.building.ray_build import RayBuildError, RayOptions, RayShardEncoder
 from densehybrid.index.search.params import SearchParams
-from densehybrid.index.search.searcher import FIRST_STAGES, Searcher, SearchError, resolve_search_device
+from densehybrid.index.search.search_device import resolve_search_device
+from densehybrid.index.search.searcher import FIRST_STAGES, Searcher, SearchError
 
 log = logging.getLogger(__name__)
 console = Console()

@@ -48,7 +48,8 @@ def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
         raise StartupError("nothing to serve: give --index DIR (its manifest names the model) or --model M")
     if index is not None:  # before the model loads: contradicting prompts and a wrong search device fail fast
         check_prompts(settings, index.prompts)
-        from densehybrid.index.search.searcher import SearchError, resolve_search_device
+        from densehybrid.index.errors import SearchError
+        from densehybrid.index.search.search_device import resolve_search_device
 
         try:
             resolve_search_device(settings.search_device, index)
@@ -193,7 +194,8 @@ def _live(settings: ServiceSettings, index):
 
 
 def _make_searcher(index, search_device: str):
-    from densehybrid.index.search.searcher import Searcher, resolve_search_device
+    from densehybrid.index.search.search_device import resolve_search_device
+    from densehybrid.index.search.searcher import Searcher
 
     device = resolve_search_device(search_device, index)
     log.info("search device", extra={"fields": {"search_device": device}})

@@ -147,10 +147,10 @@ def test_python_m_bench_is_the_same_command():
 
 
 def test_client_processes_are_summed_over_their_common_wall_time():
-    from densehybrid.bench.service_bench import _Samples, _summary
+    from densehybrid.bench.http_load import Samples, summary
 
-    first = _Samples([1.0, 2.0, 3.0], [0.5] * 3, [0.1] * 3, began=100.0, ended=101.0)
-    second = _Samples([4.0, 5.0], [0.7] * 2, [0.2] * 2, began=100.5, ended=102.0)
-    level = _summary([first, second], requests=5)
+    first = Samples([1.0, 2.0, 3.0], [0.5] * 3, [0.1] * 3, began=100.0, ended=101.0)
+    second = Samples([4.0, 5.0], [0.7] * 2, [0.2] * 2, began=100.5, ended=102.0)
+    level = summary([first, second], requests=5)
     assert level["rps"] == 2.5  # 5 requests from the first start to the last end (2 s)
     assert level["p50_ms"] == 3.0 and level["server_total_p50_ms"] == 0.5 and level["client_processes"] == 2

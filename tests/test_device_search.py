@@ -11,7 +11,8 @@ import torch
 
 from densehybrid.index.search import gip
 from densehybrid.index.engines.torch_engine import TorchFlatIndex, search_devices
-from densehybrid.index.search.searcher import Searcher, SearchError, resolve_search_device
+from densehybrid.index.search.search_device import resolve_search_device
+from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.index.search.params import SearchParams
 from test_gip import numpy_gip, random_rows
 from test_search import make_index, queries_for

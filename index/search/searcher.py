@@ -15,7 +15,6 @@ once when the searcher is built.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Literal
 
@@ -30,44 +29,11 @@ from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
-log = logging.getLogger(__name__)
-
 FIRST_STAGES: tuple[str, ...] = ("ip", "approx_gip")
 MAX_CANDIDATES = 10_000
 # a run of equal first-stage scores across the cut is read in full up to this depth (see _ranked_first_stage)
 MAX_TIE_DEPTH = MAX_CANDIDATES
 TIE_PROBE = 16  # rows read past the cut of a ranked first stage, to see where a run of equal scores ends
-
-
-def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
-    """Where the first stage and rerank run, chosen apart from the encoder's device.
-
-    ``auto``/None: a GPU when torch sees one and the index is exact (FlatIP), else the CPU.
-    ``cpu``: Faiss on the CPU. ``cuda``/``cuda:N``: exact torch search on that GPU (all GPUs
-    for ``cuda``); a PQ index has no exact rows to scan there, so it stays on the CPU (logged).
-    """
-    import torch
-
-    if index.remote:  # a Milvus collection: Milvus searches, the rerank is local numpy
-        if requested not in (None, "", "auto", "cpu"):
-            log.info("a Milvus collection searches in Milvus (search device %s ignored)", requested)
-        return "cpu"
-    pq = index.first_stage_kind == "pq"
-    if requested in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() and not pq else "cpu"
-    if requested == "cpu":
-        return "cpu"
-    if not requested.startswith("cuda"):
-        raise SearchError(f"unknown search device {requested!r}; use auto, cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise SearchError(f"search device {requested!r} requested but torch sees no CUDA device; use cpu or auto")
-    index_no = requested.partition(":")[2]
-    if index_no and (not index_no.isdigit() or int(index_no) >= torch.cuda.device_count()):
-        raise SearchError(f"search device {requested!r}: only {torch.cuda.device_count()} CUDA devices exist")
-    if pq:
-        log.info("the index's first stage is PQ: it searches on the CPU (search device %s ignored)", requested)
-        return "cpu"
-    return requested
 
 
 def _ms(start: float) -> float:
@@ -103,7 +69,7 @@ class Searcher:
     """Searches one stored index (a local directory, ``index.local.IndexFiles``, or a Milvus collection,
     ``index.milvus.MilvusIndex``) through the :class:`VectorStore` the index hands it.
 
-    ``device`` "cpu": Faiss first stage, numpy rerank. A CUDA device (see :func:`resolve_search_device`):
+    ``device`` "cpu": Faiss first stage, numpy rerank. A CUDA device (see :func:`~densehybrid.index.search.search_device.resolve_search_device`):
     values and gates are copied to the GPU(s) once and the exact first stage and every rerank run there
     in torch (float16 storage unless ``float16=False``). ``engine="torch"`` runs that same torch path on
     the CPU (float32): the CPU twin tests use it.
