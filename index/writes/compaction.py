@@ -37,6 +37,7 @@ from densehybrid.index.building.first_stage import write_checked_vectors, write_
 from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
+from densehybrid.index.storage.durable import fsync_files
 from densehybrid.index.storage.documents import write_docs_folded
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.storage.payload_fold import folded_payload
@@ -70,14 +71,6 @@ def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray |
 def _kept_ids(doc_ids: DocIds, runs: list[tuple[int, int]], added: list[str]) -> np.ndarray:
     """The stored keys of the kept runs, then the added ids': copied as arrays, never decoded."""
     return np.concatenate([doc_ids.keys[start:stop] for start, stop in runs] + [encode_ids(added)])
-
-
-def _fsync_tree(directory: Path) -> None:
-    for p in directory.iterdir():
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-    fsync_directory(directory)
 
 
 def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
@@ -132,7 +125,8 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer 
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
                          first_stage=first_stage, values_dtype=values_dtype, digests=digests,
                          extra={**extra, "writes": {"applied_seq": applied_seq}})
-    _fsync_tree(staged)
+    fsync_files(staged)
+    fsync_directory(staged)
     files.publish(staged, out, overwrite=True)
     fsync_directory(out.parent)
     shards.finish(work)
