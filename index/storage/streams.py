@@ -1,9 +1,9 @@
 """Large index files copied in a stream, gently: read through one small buffer, hashed as written.
 
 A fold copies a whole index, 1.5 GB of vectors at a million rows, beside searches that scan the
-same rows. Read through a memory map, every 4 KB page of the source costs a page fault (most of
-the copy's CPU time); written and then hashed for the manifest, every byte of the result is read
-twice. So :func:`row_blocks` reads rows with ``readinto`` into one buffer small enough to stay in
+same rows. Read through a memory map, every 4 KB page of the source costs a page fault (about half
+of the copy's CPU time at a million rows); written and then hashed for the manifest, every byte of
+the result is read twice. So :func:`row_blocks` reads rows with ``readinto`` into one buffer small enough to stay in
 the CPU cache, and :class:`HashingWriter` hashes each block while it is still there, writing it out
 once. (It fsyncs once, at the end: an fdatasync every 64 MB cost the fold ~0.5 s more CPU at a
 million rows, and the searches beside it read from the page cache, not the disk.)
@@ -57,7 +57,8 @@ class HashingWriter:
             self._file.close()
 
 
-def row_blocks(stored: np.ndarray, runs: list[tuple[int, int]], block_bytes: int = BLOCK_BYTES) -> Iterator[np.ndarray]:
+def row_blocks(stored: np.ndarray, runs: list[tuple[int, int]],
+               block_bytes: int = BLOCK_BYTES) -> Iterator[np.ndarray]:
     """The rows ``[start, stop)`` of each run of ``stored``, in blocks of at most ``block_bytes``.
 
     A whole memory map (``np.memmap``, ``np.load(mmap_mode="r")``, not a slice of one) is read from
