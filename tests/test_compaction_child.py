@@ -64,7 +64,7 @@ def test_the_fold_child_is_niced_from_the_server_and_started_without_preexec_fn(
 
 def test_one_child_serves_the_folds_and_a_dead_one_is_replaced(tmp_path, monkeypatch):
     started = fake_child(monkeypatch, ECHO_JOBS)
-    worker = compaction.FoldWorker()
+    worker = compaction.FoldWorker(share=0.25, max_pause_s=3.0)
     worker.start()
     pids = []
     for through, name in ((3, "first-bad"), (4, "second-bad")):
@@ -72,7 +72,8 @@ def test_one_child_serves_the_folds_and_a_dead_one_is_replaced(tmp_path, monkeyp
             worker.fold(tmp_path / name, tmp_path / "wal", through, 40 + through)
         pid, job = str(failed.value).split(": ", 1)[1].split(" ", 1)
         assert json.loads(job) == {"path": str(tmp_path / name), "log_dir": str(tmp_path / "wal"),
-                                   "through_segment": through, "applied_seq": 40 + through}
+                                   "through_segment": through, "applied_seq": 40 + through,
+                                   "pacing": {"share": 0.25, "max_pause_s": 3.0}}  # the child's FoldPacer
         pids.append(pid)
     assert len(started) == 1 and pids[0] == pids[1]  # a failed fold leaves the child serving
     worker.fold(tmp_path / "good", tmp_path / "wal", 5, 45)

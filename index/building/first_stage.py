@@ -33,10 +33,23 @@ def write_vectors_and_first_stage(directory: Path, parts: Iterable[np.ndarray], 
                                   pq: faiss_engine.PQConfig | None = None, ann: AnnConfig | None = None) -> dict:
     """``parts``: (n, dim) arrays, ``count`` rows in all, in row order -> the manifest's ``first_stage``."""
     check_first_stage(pq, ann)
+    write_checked_vectors(directory, parts, count=count, dim=dim, values_dtype=values_dtype)
+    return write_first_stage(directory, count=count, dim=dim, values_dtype=values_dtype, pq=pq, ann=ann)
+
+
+def write_checked_vectors(directory: Path, parts: Iterable[np.ndarray], *, count: int, dim: int,
+                          values_dtype: str = "float16") -> str:
+    """``vectors.faiss`` alone -> its sha256 (for the manifest); bad rows raise IndexWriteError."""
     try:
-        write_vectors(directory / VECTORS, parts, count=count, dim=dim, dtype=values_dtype)
+        return write_vectors(directory / VECTORS, parts, count=count, dim=dim, dtype=values_dtype)
     except ValueError as exc:
         raise IndexWriteError(f"{directory / VECTORS}: {exc}") from exc
+
+
+def write_first_stage(directory: Path, *, count: int, dim: int, values_dtype: str = "float16",
+                      pq: faiss_engine.PQConfig | None = None, ann: AnnConfig | None = None) -> dict:
+    """The first stage over the written ``vectors.faiss`` -> the manifest's ``first_stage``."""
+    check_first_stage(pq, ann)
     if pq is None and ann is None:
         return {"type": "flat_ip"}
     _, values = open_vectors(directory / VECTORS, count=count, dim=dim, dtype=values_dtype)

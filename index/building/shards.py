@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.index.storage.documents import Document, write_docs
+from densehybrid.index.storage.durable import fsync_files
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.building.first_stage import AnnConfig, write_vectors_and_first_stage
@@ -77,9 +78,7 @@ def write_shard(work: Path, number: int, values: np.ndarray, gates: np.ndarray |
     with open(tmp / "docs.jsonl", "w", encoding="utf-8") as f:
         for d in docs:
             f.write(json.dumps([d.id, d.title, d.text], ensure_ascii=False) + "\n")
-    for p in tmp.iterdir():
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
+    fsync_files(tmp)
     os.rename(tmp, final)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,18 +95,28 @@ def write_docs_at(directory: Path, rows: Iterable[tuple[int, Document]]) -> None
         conn.close()
 
 
-def write_docs_folded(directory: Path, source: Path, dropped: Sequence[int], added: Sequence[Document]) -> None:
+_FOLD_ROWS = 50_000  # source rows copied by one statement: a pacer pauses between them
+
+
+def write_docs_folded(directory: Path, source: Path, dropped: Sequence[int], added: Sequence[Document],
+                      pace: Callable[[Iterable], Iterable] = iter) -> None:
     """The table of ``source`` without its rows ``dropped`` (the rest renumbered from 0, in order), then ``added``.
 
-    SQLite copies the kept rows itself, table to table: a million passages never become Python objects."""
+    SQLite copies the kept rows itself, table to table, a range of source rows at a time (``pace``
+    may pause between them): a million passages never become Python objects."""
     conn = _new_table(directory)
     try:
         conn.execute("ATTACH DATABASE ? AS source", (_uri(Path(source), "mode=ro&immutable=1"),))
         conn.execute("CREATE TEMP TABLE dropped (row INTEGER PRIMARY KEY)")
         with conn:
             conn.executemany("INSERT INTO temp.dropped VALUES (?)", ((int(r),) for r in dropped))
-            kept = conn.execute("INSERT INTO docs SELECT row_number() OVER (ORDER BY row) - 1, id, title, text "
-                                "FROM source.docs WHERE row NOT IN (SELECT row FROM temp.dropped) ORDER BY row").rowcount
+            end = (conn.execute("SELECT MAX(row) FROM source.docs").fetchone()[0] or 0) + 1
+            kept = 0
+            for start in pace(range(0, end, _FOLD_ROWS)):
+                kept += conn.execute("INSERT INTO docs SELECT ? + row_number() OVER (ORDER BY row) - 1, id, title, "
+                                     "text FROM source.docs WHERE row >= ? AND row < ? AND row NOT IN "
+                                     "(SELECT row FROM temp.dropped) ORDER BY row",
+                                     (kept, start, start + _FOLD_ROWS)).rowcount
             conn.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
                              ((kept + i, d.id, d.title, d.text) for i, d in enumerate(added)))
     finally:

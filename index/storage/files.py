@@ -74,9 +74,14 @@ COMPUTED_MANIFEST_KEYS = frozenset({"format", "format_version", "name", "created
 
 
 def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int, lam: float,
-                   first_stage: dict, extra: dict | None = None, values_dtype: str = "float16") -> dict:
-    """Checksum every other file in ``directory`` and write the manifest (last)."""
+                   first_stage: dict, extra: dict | None = None, values_dtype: str = "float16",
+                   digests: dict[str, str] | None = None) -> dict:
+    """Checksum every other file in ``directory`` and write the manifest (last).
+
+    ``digests``: the sha256 of files already hashed while they were written (a fold's vectors), which
+    are not read again."""
     files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != MANIFEST)
+    known = digests or {}
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -90,7 +95,8 @@ def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int,
         "first_stage": first_stage,
         "encoder": spec.to_dict(),
         **(extra or {}),
-        "files": {f: {"bytes": (directory / f).stat().st_size, "sha256": sha256_file(directory / f)} for f in files},
+        "files": {f: {"bytes": (directory / f).stat().st_size, "sha256": known.get(f) or sha256_file(directory / f)}
+                  for f in files},
     }
     tmp = directory / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")

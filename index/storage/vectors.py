@@ -12,13 +12,14 @@ never holds the vectors in memory; :func:`open_vectors` checks the layout before
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterable
 from pathlib import Path
 
 import faiss
 import numpy as np
+
+from densehybrid.index.storage.streams import HashingWriter
 
 VECTORS = "vectors.faiss"
 # maps the codes of a flat index (IndexFlatCodes: flat, scalar quantizer, PQ) instead of reading them;
@@ -56,8 +57,9 @@ def _all_finite(rows: np.ndarray) -> bool:
     return bool(np.isfinite(rows).all())
 
 
-def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: int, dtype: str = "float16") -> None:
-    """Stream ``parts`` ((n, dim) arrays, ``count`` rows in all) into a flat Faiss file at ``path``.
+def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: int, dtype: str = "float16") -> str:
+    """Stream ``parts`` ((n, dim) arrays, ``count`` rows in all) into a flat Faiss file at ``path``
+    -> its sha256, computed while written (``streams.HashingWriter``).
 
     Raises ValueError when the parts hold another number of rows, or values that ``dtype`` cannot
     hold (float16 overflows beyond ±65504)."""
@@ -65,7 +67,7 @@ def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: i
     _NTOTAL.pack_into(header, 8, count)
     _CODES_SIZE.pack_into(header, len(header) - _CODES_SIZE.size, _stated_length(count, dim, dtype))
     written = 0
-    with open(path, "wb") as f:
+    with HashingWriter(path) as f:
         f.write(header)
         for part in parts:
             with np.errstate(over="ignore"):  # an overflow is reported below, by row numbers
@@ -77,10 +79,9 @@ def write_vectors(path: Path, parts: Iterable[np.ndarray], *, count: int, dim: i
                                  "(overflow beyond ±65504 or NaN); choose float32")
             f.write(rows.data)
             written += len(rows)
-        f.flush()
-        os.fsync(f.fileno())
     if written != count:
         raise ValueError(f"wrote {written} rows, expected {count}")
+    return f.sha256
 
 
 def open_vectors(path: Path, *, count: int, dim: int, dtype: str = "float16") -> tuple[faiss.Index, np.ndarray]:

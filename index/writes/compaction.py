@@ -33,17 +33,19 @@ from densehybrid.index import errors
 from densehybrid.index.storage import files
 
 from densehybrid.index.building import ann, ivf, shards
-from densehybrid.index.building.first_stage import write_vectors_and_first_stage
+from densehybrid.index.building.first_stage import write_checked_vectors, write_first_stage
 from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
+from densehybrid.index.storage.durable import fsync_files
 from densehybrid.index.storage.documents import write_docs_folded
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.storage.payload_fold import folded_payload
+from densehybrid.index.storage.streams import row_blocks
 from densehybrid.index.storage.vectors import VECTORS, open_vectors
+from densehybrid.index.writes import fold_pacing
+from densehybrid.index.writes.fold_pacing import FoldPacer
 from densehybrid.index.writes.wal import fsync_directory
-
-_BLOCK_ROWS = 65_536  # rows copied at a time: a few MB, in large sequential reads of the stored copy
 
 
 def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
@@ -60,11 +62,8 @@ def kept_runs(count: int, dropped: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray | None):
-    """The kept rows of ``stored`` in blocks of at most ``_BLOCK_ROWS`` (slices of the memory map, copied
-    whole), then ``added``."""
-    for start, stop in runs:
-        for s in range(start, stop, _BLOCK_ROWS):
-            yield np.asarray(stored[s:min(stop, s + _BLOCK_ROWS)])
+    """The kept rows of ``stored`` in small blocks read from its file (``streams.row_blocks``), then ``added``."""
+    yield from row_blocks(stored, runs)
     if added is not None and len(added):
         yield added
 
@@ -72,14 +71,6 @@ def _blocks(stored: np.ndarray, runs: list[tuple[int, int]], added: np.ndarray |
 def _kept_ids(doc_ids: DocIds, runs: list[tuple[int, int]], added: list[str]) -> np.ndarray:
     """The stored keys of the kept runs, then the added ids': copied as arrays, never decoded."""
     return np.concatenate([doc_ids.keys[start:stop] for start, stop in runs] + [encode_ids(added)])
-
-
-def _fsync_tree(directory: Path) -> None:
-    for p in directory.iterdir():
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-    fsync_directory(directory)
 
 
 def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
@@ -103,12 +94,15 @@ def _folded_lists(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) 
                         ivf_engine.IVFConfig.from_dict(base.manifest["first_stage"]))
 
 
-def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
+def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer | None = None) -> Path:
     """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it).
 
-    Everything is copied in bulk, never row by row in Python: the vectors (and gates) in large blocks
-    of the memory-mapped stored copy, the texts by SQLite from table to table, the ids as slices of their stored array
-    and the payload as columns. Only the written rows pass through Python objects."""
+    Everything is copied in bulk, never row by row in Python: the vectors (and gates) in blocks read
+    from the stored files, the texts by SQLite from table to table, the ids as slices of their stored
+    array and the payload as columns. Only the written rows pass through Python objects. The vectors
+    are hashed while written (the manifest does not read them again) and, with a ``pacer``, copied
+    with pauses that leave the searches beside the fold most of the time."""
+    pace = pacer.paced if pacer is not None else iter
     out = Path(out)
     work = shards.work_dir(out)
     shutil.rmtree(work, ignore_errors=True)  # an interrupted earlier compaction
@@ -122,39 +116,44 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int) -> Path:
     values_dtype = str(base.values.dtype)
     keep = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs] or [np.empty(0, np.int64)])
     added = None if values is None else np.asarray(values, dtype=values_dtype)
-    first_stage = write_vectors_and_first_stage(staged, _blocks(base.values, runs, added), count=count,
-                                                dim=spec.dim, values_dtype=values_dtype,
-                                                pq=_pq_config(base.manifest["first_stage"]))
+    digests = {VECTORS: write_checked_vectors(staged, pace(_blocks(base.values, runs, added)), count=count,
+                                              dim=spec.dim, values_dtype=values_dtype)}
+    first_stage = write_first_stage(staged, count=count, dim=spec.dim, values_dtype=values_dtype,
+                                    pq=_pq_config(base.manifest["first_stage"]))
     if hnsw_engine.is_hnsw(base.manifest["first_stage"]):
         first_stage = _folded_graph(base, staged, keep, count)
     if ivf_engine.is_ivf(base.manifest["first_stage"]):
         first_stage = _folded_lists(base, staged, keep, count)
     if spec.gated_dim:
-        shards.write_rows(staged / files.GATES, _blocks(base.gates, runs, gates), (count, spec.gated_dim), np.uint8)
+        shards.write_rows(staged / files.GATES, pace(_blocks(base.gates, runs, gates)), (count, spec.gated_dim),
+                          np.uint8)
     files.write_doc_ids(staged, _kept_ids(base.doc_ids, runs, [d.id for d in written]))
-    write_docs_folded(staged, base.docs.path, dropped, written)
+    write_docs_folded(staged, base.docs.path, dropped, written, pace)
     schema = base.field_types
     if schema:  # the kept rows' columns, then the fields the written documents carried
         added_fields = Payload.from_rows(schema, [d.fields for d in written])
         folded_payload(schema, base.payload, keep, added_fields).write(staged)
     extra = {k: v for k, v in base.manifest.items() if k not in files.COMPUTED_MANIFEST_KEYS}
     files.write_manifest(staged, name=base.name, spec=spec, count=count, lam=base.lam,
-                         first_stage=first_stage, values_dtype=values_dtype, extra={**extra, "writes": {"applied_seq": applied_seq}})
-    _fsync_tree(staged)
+                         first_stage=first_stage, values_dtype=values_dtype, digests=digests,
+                         extra={**extra, "writes": {"applied_seq": applied_seq}})
+    fsync_files(staged)
+    fsync_directory(staged)
     files.publish(staged, out, overwrite=True)
     fsync_directory(out.parent)
     shards.finish(work)
     return out
 
 
-def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> Path:
+def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: int,
+                  pacer: FoldPacer | None = None) -> Path:
     """Fold the changes of log segments up to ``through_segment`` into the index at ``path``."""
     from densehybrid.index.writes.delta import replayed
     from densehybrid.index.writes.wal import iter_changes
 
     base = files.load_index(path)
     already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
-    return fold(base, replayed(base, iter_changes(log_dir, through_segment), already), path, applied_seq)
+    return fold(base, replayed(base, iter_changes(log_dir, through_segment), already), path, applied_seq, pacer)
 
 
 def _exit_with_server(parent_pid: int, every_s: float = 0.2) -> None:
@@ -173,14 +172,18 @@ def _exit_with_server(parent_pid: int, every_s: float = 0.2) -> None:
 
 
 class FoldWorker:
-    """A niced child process that folds on request (:func:`fold_from_log`), one fold at a time.
+    """A niced child process that folds on request (:func:`fold_from_log`), one fold at a time, paced
+    (:class:`FoldPacer`: working at most ``share`` of the time, pausing at most ``max_pause_s`` a fold).
 
     Started on first use (or by :meth:`start`, ahead of the first fold) and kept for the next folds;
     a child that died is started anew by the next fold. Jobs and answers are JSON lines on its stdin
     and stdout; its stderr goes to a temporary file, quoted when the child fails."""
 
-    def __init__(self, niceness: int = 10):
+    def __init__(self, niceness: int = 10, share: float = fold_pacing.DEFAULT_SHARE,
+                 max_pause_s: float = fold_pacing.DEFAULT_MAX_PAUSE_S):
+        FoldPacer(share, max_pause_s)  # a bad value fails here, not in the child at the first fold
         self.niceness = niceness
+        self.pacing = {"share": share, "max_pause_s": max_pause_s}
         self._child: subprocess.Popen | None = None
         self._stderr = None
         self._lock = threading.Lock()
@@ -208,7 +211,7 @@ class FoldWorker:
     def fold(self, path: Path, log_dir: Path, through_segment: int, applied_seq: int) -> None:
         """:func:`fold_from_log` in the child; raises IndexWriteError (with the child's error) on failure."""
         job = {"path": str(path), "log_dir": str(log_dir), "through_segment": through_segment,
-               "applied_seq": applied_seq}
+               "applied_seq": applied_seq, "pacing": self.pacing}
         with self._lock:
             child = self._started()
             try:
@@ -259,7 +262,7 @@ def _serve_folds(parent_pid: int) -> None:
         job = json.loads(line)
         try:
             fold_from_log(Path(job["path"]), Path(job["log_dir"]), int(job["through_segment"]),
-                          int(job["applied_seq"]))
+                          int(job["applied_seq"]), FoldPacer(**job["pacing"]))
             reply = {"ok": True}
         except Exception as exc:  # noqa: BLE001 - reported to the server, which keeps the log and retries
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
