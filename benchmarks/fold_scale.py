@@ -25,7 +25,7 @@ import numpy as np
 
 from densehybrid.bench.hash_encoder import HashEncoder
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage import files
+from densehybrid.index.storage import durable, files
 from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.storage.vectors import write_vectors
 from densehybrid.index.writes.compaction import fold
@@ -58,7 +58,7 @@ def make_index(path: Path, rows: int, dim: int, seed: int = 0) -> Path:
     write_docs(staged, (_doc(i) for i in range(rows)))
     files.write_manifest(staged, name=path.name, spec=spec, count=rows, lam=spec.lam, first_stage={"type": "flat_ip"})
     shutil.rmtree(path, ignore_errors=True)
-    files.publish(staged, path)
+    durable.publish(staged, path)
     return path
 
 

@@ -11,7 +11,7 @@ from densehybrid.index.building import build
 
 from densehybrid.index import errors
 
-from densehybrid.index.storage import files
+from densehybrid.index.storage import durable, files
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
 from densehybrid.index.storage.compatibility import check_compatible
@@ -123,6 +123,6 @@ def test_publish_refuses_to_clobber(built, tmp_path):
     staged = tmp_path / "staged"
     staged.mkdir()
     with pytest.raises(errors.IndexWriteError, match="already exists"):
-        files.publish(staged, built)
-    files.publish(staged, built, overwrite=True)
+        durable.publish(staged, built)
+    durable.publish(staged, built, overwrite=True)
     assert not (built / "manifest.json").exists() and not staged.exists()

@@ -22,7 +22,7 @@ from densehybrid.encoder.base import SCALED_KINDS, Encoded, Encoder, EncoderSpec
 from densehybrid.encoder.batches import encode_all
 from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
-from densehybrid.index.storage import documents, files
+from densehybrid.index.storage import documents, durable, files
 from densehybrid.index.search import fusion
 from densehybrid.index.building import fusion_auto, lambda_auto, shards
 from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
@@ -209,7 +209,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
                **fusion_info, **prompts_record(options.prompts), **fields_info,
                "encoding": {"backend": encoder.backend, "precision": encoder.precision}},
     )
-    files.publish(staged, out, overwrite=options.overwrite)
+    durable.publish(staged, out, overwrite=options.overwrite)
     shards.finish(work)
     log.info("published index %s (%d passages, λ=%g by %s)", out, total, lam, lam_info["method"])
     return out
@@ -244,6 +244,6 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
     files.write_manifest(staged, name=name or out.name, spec=spec, count=len(docs), lam=spec.lam if lam is None else lam,
                          first_stage=first_stage, values_dtype=values_dtype,
                          extra={"lambda": {"method": "fixed"}, **fusion_record(spec, fusion_method), **fields_info})
-    files.publish(staged, out)
+    durable.publish(staged, out)
     shards.finish(work)
     return out

@@ -16,7 +16,7 @@ Layout of a published index::
     fields.npz      typed payload columns (``index.payload``), only when the manifest lists ``fields``
 
 Writers put files into a directory (the texts through ``index.documents``) and call :func:`write_manifest` last;
-:func:`publish` renames the finished directory into place. :func:`load_index`
+``durable.publish`` renames the finished directory into place. :func:`load_index`
 checks everything before anything is served and raises :class:`IndexLoadError`
 naming the file and the problem. It checks sizes, shapes and layouts, reading no vector:
 the sha256 of every byte is computed when an index is written and checked on demand by
@@ -33,7 +33,6 @@ import datetime as _dt
 import json
 import logging
 import os
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -46,7 +45,7 @@ from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.engines import hnsw_engine, ivf_engine
 from densehybrid.index.storage import doc_ids as ids_file
 from densehybrid.index.storage.documents import DOCS, DocTable
-from densehybrid.index.errors import IndexLoadError, IndexWriteError
+from densehybrid.index.errors import IndexLoadError
 from densehybrid.index.storage.local import IndexFiles
 from densehybrid.index.storage.payload import PAYLOAD, Payload, load_payload
 from densehybrid.index.storage.vectors import MMAP, VECTORS, VectorFileError, open_vectors
@@ -102,24 +101,6 @@ def write_manifest(directory: Path, *, name: str, spec: EncoderSpec, count: int,
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, directory / MANIFEST)
     return manifest
-
-
-def publish(staged: Path, target: Path, *, overwrite: bool = False) -> None:
-    """Move a finished index directory into place by rename (same file system).
-
-    A new target appears atomically. Replacing an existing index takes two renames
-    (old aside, new in); a reader never sees a half-written directory.
-    """
-    staged, target = Path(staged), Path(target)
-    if not target.exists():
-        os.rename(staged, target)
-        return
-    if not overwrite:
-        raise IndexWriteError(f"{target}: already exists (pass overwrite to replace it)")
-    aside = target.with_name(f".{target.name}.old-{os.getpid()}")
-    os.rename(target, aside)
-    os.rename(staged, target)
-    shutil.rmtree(aside, ignore_errors=True)
 
 
 # -- loading -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The live base rows (hidden ones dropped) and then the delta rows are written into
 ``<index>.partial/index/``, given a manifest that records the last folded log sequence number
 (``writes.applied_seq``, so a restart never applies a change twice), fsynced, and renamed into place
-by :func:`index.files.publish`. A crash at any point leaves either the old generation or the new
+by :func:`index.storage.durable.publish`. A crash at any point leaves either the old generation or the new
 one, and the log still holds every change the new one lacks.
 
 A server folds in a child process (:class:`FoldWorker`): the child rebuilds the delta from the
@@ -30,7 +30,7 @@ import numpy as np
 
 from densehybrid.index import errors
 
-from densehybrid.index.storage import files
+from densehybrid.index.storage import durable, files
 
 from densehybrid.index.building import ann, ivf, shards
 from densehybrid.index.building.first_stage import write_checked_vectors, write_first_stage
@@ -139,7 +139,7 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer 
                          extra={**extra, "writes": {"applied_seq": applied_seq}})
     fsync_files(staged)
     fsync_directory(staged)
-    files.publish(staged, out, overwrite=True)
+    durable.publish(staged, out, overwrite=True)
     fsync_directory(out.parent)
     shards.finish(work)
     return out
