@@ -22,6 +22,9 @@ class Base:
     def row_of(self, doc_id: str):
         return int(doc_id[1:]) if doc_id.startswith("b") and int(doc_id[1:]) < self.count else None
 
+    def rows_of(self, doc_ids):
+        return np.array([-1 if (row := self.row_of(i)) is None else row for i in doc_ids], np.int64)
+
 
 def rows_for(ids, seed):
     rng = np.random.default_rng(seed)

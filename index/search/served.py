@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import numpy as np
+
 from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.search.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_RRF_K
@@ -108,6 +110,9 @@ class DocumentLookup:
     def contains(self, doc_id: str) -> bool:
         return self.row_of(doc_id) is not None
 
+    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        return np.array([-1 if (row := self.row_of(i)) is None else row for i in doc_ids], np.int64)
+
     def get(self, doc_id: str) -> Document | None:
         return self.docs.get(doc_id)
 
@@ -182,7 +187,7 @@ class StoredIndex(ServedIndex, Protocol):
 
     @property
     def first_stage_kind(self) -> str:
-        """``flat_ip``, ``pq``, ``hnsw`` or ``milvus``: which search devices can serve it."""
+        """``flat_ip``, ``pq``, ``hnsw``, ``ivf`` or ``milvus``: which search devices can serve it."""
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:
@@ -190,3 +195,6 @@ class StoredIndex(ServedIndex, Protocol):
 
     def select(self, node: Filter) -> Selection:
         """The rows a filter keeps, in the form this index's store takes (``index.filters``)."""
+
+    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """(n,) int64: the row of each id, -1 for an id the index does not hold (a write's batch in one lookup)."""

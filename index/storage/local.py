@@ -46,8 +46,11 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
             return "ivf" if ivf_engine.is_ivf(self.manifest["first_stage"]) else "hnsw"
         return faiss_engine.first_stage_description(self.faiss)
 
+    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        return self.doc_ids.rows_of(doc_ids)
+
     def row_of(self, doc_id: str) -> int | None:
-        row = int(self.doc_ids.rows_of([doc_id])[0])
+        row = int(self.rows_of([doc_id])[0])
         return None if row < 0 else row
 
     def ids_of(self, rows: Sequence[int]) -> list[str]:

@@ -171,7 +171,7 @@ def upsert(delta: Delta, base: StoredIndex, docs: Sequence[Document], values: np
     """``delta`` with ``docs`` added, replacing any earlier version (in the base or the delta)."""
     ids = [d.id for d in docs]
     replaced = {delta.row_of[i] for i in ids if i in delta.row_of}
-    hidden = delta.hidden | {r for r in (base.row_of(i) for i in ids) if r is not None}
+    hidden = delta.hidden | {int(r) for r in base.rows_of(ids) if r >= 0}
     values = np.asarray(values, dtype=np.float32)
     gates = None if gates is None else np.asarray(gates, dtype=np.uint8)
     store, all_values, values16, all_gates = _appended(delta, docs, values, gates)
