@@ -56,6 +56,10 @@ def bench_command(
     scale_dim: int = typer.Option(768, "--scale-dim", min=2, help="--scale: dims of the vectors"),
     scale_fit: Optional[Path] = typer.Option(None, "--scale-fit", exists=True, help="--scale: real passage vectors "
                                              "(.npy) to include, with distractors drawn from their Gaussian fit"),
+    scale_fit_components: int = typer.Option(1, "--scale-fit-components", min=1,
+                                             help="--scale-fit: draw the distractors from a tied-covariance "
+                                             "Gaussian mixture of this many k-means components of the real "
+                                             "vectors (1: one Gaussian, no topical clusters)"),
     scale_queries: Optional[Path] = typer.Option(None, "--scale-queries", exists=True,
                                                  help="--scale: real query vectors (.npy) instead of drawn ones"),
     scale_ann: ScaleAnn = typer.Option("hnsw", "--scale-ann",
@@ -79,7 +83,8 @@ def bench_command(
 
         with quiet_libraries():  # the serving part's client would log every request
             run_scales(scale, scale_dim, scale_fit, scale_queries, out or Path("bench-scale.json"), plot, threads,
-                       scale_serve, scale_ann.value, IVFConfig(nlist=scale_ivf_lists), scale_nprobe)
+                       scale_serve, scale_ann.value, IVFConfig(nlist=scale_ivf_lists), scale_nprobe,
+                       scale_fit_components)
         return
     if quick + full + (preset is not None) > 1:
         raise typer.BadParameter("give one of --quick, --full and --preset", param_hint="--quick/--full/--preset")

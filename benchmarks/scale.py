@@ -51,6 +51,7 @@ class ScaleConfig:
     nprobe_sweep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     work: Path = Path("runs/scale")
     fit: Path | None = None  # real passage vectors (.npy) the distractors are drawn to match
+    fit_components: int = 1  # of the Gaussian mixture fitted to ``fit`` the distractors are drawn from
     real_queries: Path | None = None  # real query vectors (.npy) instead of drawn ones
     keep_files: bool = False  # leave the Pyserini directory and the index in ``work`` (they are large)
 
@@ -80,12 +81,14 @@ def _sizes(directory: Path) -> dict[str, int]:
 
 def _vectors(config: ScaleConfig) -> tuple[np.ndarray, np.ndarray, str]:
     fit = None if config.fit is None else np.load(config.fit)
-    xb = scale_vectors.passages(config.rows, config.dim, config.seed, fit)
+    xb = scale_vectors.passages(config.rows, config.dim, config.seed, fit, config.fit_components)
     if config.real_queries is not None:
         xq = np.load(config.real_queries).astype(np.float32)
     else:
         xq = scale_vectors.queries(config.queries, config.dim, config.seed)
-    source = ("clustered synthetic" if fit is None else f"{len(fit)} real vectors + Gaussian-fitted distractors")
+    mixture = ("Gaussian-fitted" if config.fit_components == 1
+               else f"{config.fit_components}-component Gaussian-mixture-fitted")
+    source = "clustered synthetic" if fit is None else f"{len(fit)} real vectors + {mixture} distractors"
     return xb, xq, source + (", real queries" if config.real_queries else ", drawn queries")
 
 

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | None, out: Path,
                plot: Path | None, threads: int | None, serve: bool = True, ann: str = "hnsw",
-               ivf: IVFConfig = IVFConfig(), nprobe_sweep: list[int] | None = None) -> list[dict]:
+               ivf: IVFConfig = IVFConfig(), nprobe_sweep: list[int] | None = None,
+               fit_components: int = 1) -> list[dict]:
     if threads:
         import faiss
 
@@ -24,7 +25,8 @@ def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | Non
     work = out.parent / f"{out.stem}-data"  # removed after each size
     results = []
     for n in sizes:
-        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work, ann=ann, ivf=ivf)
+        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work, ann=ann, ivf=ivf,
+                             fit_components=fit_components)
         config = replace(config, nprobe_sweep=tuple(nprobe_sweep)) if nprobe_sweep else config
         result = run_scale(config)
         if serve:  # fresh server processes of their own: the numbers above are of this one

@@ -4,7 +4,10 @@ Two sources. Without real vectors: rows around a few hundred centres in a low-di
 mapped into ``dim`` dims, plus noise (embeddings cluster by topic and span few directions; uniform
 noise in every dim would be the worst case for a graph index and unlike any model). With real
 vectors (``fit``: an (M, dim) .npy of real passage vectors): those rows first, then distractors drawn
-from a Gaussian with their mean and covariance, L2-normalised when the real rows are.
+from a tied-covariance Gaussian mixture fitted to them, L2-normalised when the real rows are. Its
+``components`` are the k-means clusters of the real rows (weights their sizes, one covariance pooled
+within them); one component is the plain Gaussian with their mean and covariance, which has none of the
+topical clusters real embeddings have and so is near the worst case for an approximate first stage.
 """
 
 from __future__ import annotations
@@ -29,22 +32,52 @@ def _clustered_chunks(n: int, dim: int, seed: int, draws: int, centers: int = 25
         yield (z @ basis + 0.3 * rng.standard_normal((m, dim))).astype(np.float32)
 
 
-def _fitted_chunks(real: np.ndarray, n: int, seed: int) -> Iterator[np.ndarray]:
+def fit_mixture(real: np.ndarray, components: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A tied-covariance Gaussian mixture of ``real`` (M, dim): means (C, dim), weights (C,) summing to 1,
+    and root (dim, dim) with ``root @ root.T`` the covariance pooled within the k-means clusters."""
     real = np.asarray(real, dtype=np.float64)
-    unit = bool(np.allclose(np.linalg.norm(real, axis=1), 1.0, atol=1e-3))
-    mean, cov = real.mean(0), np.cov(real, rowvar=False)
+    if not 1 <= components <= len(real):
+        raise ValueError(f"mixture components must be in 1..{len(real)} (the real rows), got {components}")
+    labels = np.zeros(len(real), dtype=np.int64) if components == 1 else _kmeans_labels(real, components, seed)
+    counts = np.bincount(labels, minlength=components)
+    means = np.stack([real[labels == c].mean(0) if counts[c] else real.mean(0) for c in range(components)])
+    if components == 1:  # numpy's own covariance, so that draws made before mixtures existed repeat bit for bit
+        cov = np.cov(real, rowvar=False)
+    else:
+        residual = real - means[labels]
+        cov = residual.T @ residual / (len(real) - components)
     w, v = np.linalg.eigh(cov)
-    root = v * np.sqrt(np.clip(w, 0, None))  # x = mean + root @ z has the fitted covariance
+    return means, counts / counts.sum(), v * np.sqrt(np.clip(w, 0, None))
+
+
+def _kmeans_labels(real: np.ndarray, components: int, seed: int) -> np.ndarray:
+    import faiss
+
+    kmeans = faiss.Kmeans(real.shape[1], components, niter=25, seed=seed, max_points_per_centroid=len(real))
+    xb = np.ascontiguousarray(real, dtype=np.float32)
+    kmeans.train(xb)
+    return kmeans.index.search(xb, 1)[1][:, 0].astype(np.int64)
+
+
+def _fitted_chunks(real: np.ndarray, n: int, seed: int, components: int = 1) -> Iterator[np.ndarray]:
+    unit = bool(np.allclose(np.linalg.norm(real, axis=1), 1.0, atol=1e-3))
+    means, weights, root = fit_mixture(real, components, seed)
     rng = np.random.default_rng(seed)
-    yield real[:n].astype(np.float32)
+    yield np.asarray(real[:n], dtype=np.float32)
     for s in range(len(real), n, _CHUNK):
-        x = mean + rng.standard_normal((min(_CHUNK, n - s), len(mean))) @ root.T
+        m = min(_CHUNK, n - s)
+        picked = np.zeros(m, dtype=np.int64) if components == 1 else rng.choice(components, m, p=weights)
+        x = means[picked] + rng.standard_normal((m, root.shape[0])) @ root.T
         yield (x / np.linalg.norm(x, axis=1, keepdims=True) if unit else x).astype(np.float32)
 
 
-def passages(n: int, dim: int, seed: int = 0, fit: np.ndarray | None = None) -> np.ndarray:
-    """(n, dim) float32 passage vectors (see the module docstring for the two sources)."""
-    chunks = _clustered_chunks(n, dim, seed, draws=seed + 1) if fit is None else _fitted_chunks(fit, n, seed)
+def passages(n: int, dim: int, seed: int = 0, fit: np.ndarray | None = None, components: int = 1) -> np.ndarray:
+    """(n, dim) float32 passage vectors (see the module docstring for the two sources; ``components``: of
+    the mixture the distractors are drawn from, with ``fit``)."""
+    if fit is None:
+        chunks = _clustered_chunks(n, dim, seed, draws=seed + 1)
+    else:
+        chunks = _fitted_chunks(fit, n, seed, components)
     out = np.concatenate(list(chunks))
     if out.shape != (n, dim):
         raise ValueError(f"drew {out.shape}, expected {(n, dim)} (real vectors of another dim?)")
