@@ -92,6 +92,20 @@ def test_fewer_rows_than_lists_train_as_many_lists_as_rows(tmp_path):
     assert index.manifest["first_stage"]["nlist"] == 40 == index.ann.nlist
 
 
+def test_many_lists_train_on_tens_of_rows_each_whatever_train_size_says(monkeypatch):
+    trained_on, train = [], faiss.IndexIVFScalarQuantizer.train
+
+    def counted_train(index, x):
+        trained_on.append(len(x))
+        return train(index, x)
+
+    monkeypatch.setattr(faiss.IndexIVFScalarQuantizer, "train", counted_train)
+    xb = clustered(6000, 8, seed=2)
+    build_ivf(xb, IVFConfig(nlist=16, train_size=5000))
+    build_ivf(xb, IVFConfig(nlist=64, train_size=500))
+    assert trained_on == [5000, 64 * 64]
+
+
 def test_gated_kinds_rerank_the_ivf_candidates_exactly(tmp_path):
     index = make_index(tmp_path, "dhr", ann=SMALL)
     rng = np.random.default_rng(9)

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 _ADD_ROWS = 65_536
 # the centres describe the rows they were trained on: past this growth the fold trains anew
 MAX_GROWTH = 2.0
+# k-means needs tens of rows a centre (Faiss warns below 39), so many lists widen the sample past train_size
+MIN_SAMPLE_PER_LIST = 64
 
 
 def new_ivf(dim: int, config: IVFConfig) -> faiss.Index:
@@ -57,7 +59,7 @@ def build_ivf(xb: np.ndarray, config: IVFConfig) -> tuple[faiss.Index, IVFConfig
     ``trained_rows``, and ``nlist`` lowered to the training sample's size when the rows are fewer."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"an IVF first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
-    sample = train_sample(len(xb), max(config.train_size, config.nlist), config.seed)
+    sample = train_sample(len(xb), max(config.train_size, MIN_SAMPLE_PER_LIST * config.nlist), config.seed)
     if len(sample) < config.nlist:
         log.warning("ivf: %d rows, fewer than the %d lists asked for: %d lists", len(xb), config.nlist, len(sample))
     config = replace(config, nlist=min(config.nlist, len(sample)), trained_rows=len(xb))
