@@ -74,6 +74,25 @@ def test_filtered_search_keeps_only_the_kept_rows_and_finds_their_top10(fraction
     np.testing.assert_allclose(scores, want_scores, rtol=1e-4, atol=1e-3)
 
 
+def test_a_filter_scans_the_same_lists_unless_they_come_back_short_of_kept_rows():
+    n = EXACT_KEPT_ROWS * 3
+    xb = clustered(n, 16, seed=4).astype(np.float16)
+    store = _store(xb, IVFConfig(nlist=32, nprobe=4, train_size=4000))
+    xq = clustered(5, 16, seed=6)
+    stats = faiss.cvar.indexIVF_stats
+    half = np.random.default_rng(5).random(n) < 0.5
+    stats.reset()
+    _, found = store.inner_product(xq, 10, Selection(int(half.sum()), n, mask=half))
+    assert stats.nlist == 5 * 4 and half[found].all()
+    # keep only the rows of lists no query scans: the first scan finds none, a wider one finds them
+    probed = store.ivf.quantizer.search(xq, 4)[1]
+    far = ~np.isin(store.ivf.quantizer.search(np.asarray(xb, dtype=np.float32), 1)[1].ravel(), probed)
+    assert far.sum() > EXACT_KEPT_ROWS and far.mean() < 1
+    stats.reset()
+    _, found = store.inner_product(xq, 10, Selection(int(far.sum()), n, mask=far))
+    assert stats.nlist > 5 * 4 and (found >= 0).all() and far[found].all()
+
+
 def test_an_ivf_index_records_its_lists_and_searches_them(tmp_path):
     index = make_index(tmp_path, ann=SMALL)
     recorded = index.manifest["first_stage"]
