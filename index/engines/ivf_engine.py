@@ -110,8 +110,8 @@ class IvfStore(HostRows, VectorStore):
         # ones, so the same lists find its top rows (at 1M rows, random filters keeping 10 to 50 %: the
         # share of exact top-10s of the unfiltered search). Only queries whose lists came back short of
         # kept rows scan as many more lists as the filter keeps fewer.
-        short = (rows < 0).any(axis=1)
-        if selection is not None and short.any() and probes < self.ivf.nlist:
+        short = None if selection is None or probes == self.ivf.nlist else (rows < 0).any(axis=1)
+        if short is not None and short.any():
             wider = min(self.ivf.nlist, int(np.ceil(probes / selection.fraction)))
             rows[short] = self._candidates(xq[short], wanted, wider, selection)
         return rescore(xq, self.values, rows, depth)
