@@ -6,8 +6,9 @@ Times, each on its own (median of 50 after 5 warm-ups, synchronised): the three 
 inner products of one query with every row (``q @ V.T``, ``V @ q.T``, ``torch.mv``), the top 1,000 of
 the scores in float32 and float16, a copy of the rows (the bandwidth reference), the whole
 ``TorchFlatIndex.search`` at k = 1,000 and 11, and its device part (the product and the top-k)
-replayed from a CUDA graph (what launching it costs); prints them as JSON with each one's share of
-the search.
+replayed from a CUDA graph with the scores' top-k in each split of ``torch_graphs.PARTS`` (what
+launching costs, and what each split saves); prints them as JSON with each one's share of the search
+and the split the search's own capture chose.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import time
 import numpy as np
 import torch
 
+from densehybrid.encoder.cuda_graph import capture
 from densehybrid.index.engines.torch_engine import TorchFlatIndex
+from densehybrid.index.engines.torch_graphs import PARTS, top_k_over_chunks
 
 DIM, DEPTH = 768, 1000
 
@@ -41,22 +44,12 @@ def _median_ms(fn, device: torch.device, repeats: int = 50, warmup: int = 5) -> 
     return float(np.median(samples))
 
 
-def _graphed_ms(index: TorchFlatIndex, query: torch.Tensor, device: torch.device) -> float:
-    """The search's device work (the product and the top-k) replayed from one CUDA graph, without the copies."""
-    values, q = index.shards[0][0].values, query.clone()
-
-    def device_part():
-        return torch.topk(q @ values.T, DEPTH, dim=1, sorted=False)
-
-    stream = torch.cuda.Stream(device)  # warm-up off the default stream, as a capture requires
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            device_part()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        device_part()
+def _graphed_ms(index: TorchFlatIndex, query: torch.Tensor, device: torch.device, k: int, parts: int) -> float:
+    """The search's device work (the product and the top-k in ``parts``) replayed from one CUDA graph,
+    without the copies."""
+    chunks = index.shards[0]
+    _, graph = capture(lambda: top_k_over_chunks(query, [c.values for c in chunks], [c.start for c in chunks], k,
+                                                 parts=parts), device)
     return _median_ms(graph.replay, device)
 
 
@@ -81,12 +74,15 @@ def parts(device: torch.device, rows: int) -> dict:
         "search k=11": _median_ms(lambda: index.search(xq, 11), device),
     }
     if device.type == "cuda":
-        timings["device part, graphed"] = _graphed_ms(index, query, device)
+        for k in (DEPTH, 11):
+            for split in PARTS:
+                timings[f"device part k={k}, graphed, {split} parts"] = _graphed_ms(index, query, device, k, split)
     nbytes = values.numel() * values.element_size()
     return {"device": str(device), "rows": rows, "dtype": str(dtype).removeprefix("torch."),
             "ms": {name: round(ms, 4) for name, ms in timings.items()},
             "share_of_search": {name: round(ms / timings["search"], 3) for name, ms in timings.items()},
             "copy_gbps": round(2 * nbytes / timings["copy of the rows"] / 1e6, 1),
+            "split_chosen": {k: choice["parts"] for k, choice in index.graphed[0].choices().items()},
             "search_scan_gbps": round(nbytes / timings["search"] / 1e6, 1)}
 
 

@@ -107,6 +107,50 @@ def _service(r: dict):
     yield "service", "/encode rps at max concurrency / at c1", gains
 
 
+def _first_stage_parts(r: dict):
+    p = r["first_stage_parts"]
+    ms = p["ms"]
+    yield "first stage parts", f"{p['rows']:,} x 768 {p['dtype']} on {p['device']}: the product, a copy of the rows", \
+        f"q @ V.T {num(ms['q @ V.T'], 3)} ms, copy {num(ms['copy of the rows'], 3)} ms ({num(p['copy_gbps'], 0)} GB/s)"
+    for k in (1000, 11):
+        splits = {name.rsplit(", ", 1)[1]: value for name, value in ms.items() if name.startswith(f"device part k={k},")}
+        if splits:
+            chosen = p.get("split_chosen", {}).get(str(k), p.get("split_chosen", {}).get(k))
+            yield "first stage parts", f"k={k}: product + top-k replayed from a graph, by split (search's choice: " \
+                f"{chosen} parts)", ", ".join(f"{name} {num(value, 3)} ms" for name, value in splits.items())
+
+
+def _msmarco_scale(r: dict):
+    m = r["msmarco_scale"]
+    fs, svc, w = m["first_stage"], m["service"], m["write"]
+    rows = f"{m['rows']:,} x {m['dim']}" + ("" if m["fits"] else f" (of {m['requested_rows']:,} asked: the most that fit)")
+    yield "MS MARCO scale", f"{rows} float16 drawn on {m['device_name']} and written as an index", \
+        f"vectors {num(w['vectors_s'], 1)} s ({w['vectors_bytes'] / 1e9:.1f} GB), ids and passages " \
+        f"{num(w['ids_and_passages_s'], 1)} s, manifest {num(w['manifest_s'], 1)} s"
+    for k in (1000, 11):
+        t = fs[f"k{k}"]
+        yield "MS MARCO scale", f"first stage in process, batch 1, k={k} ({fs['chunks']} chunks)", \
+            f"{_ms(t['ms'])} = {num(t['scan_gbps'], 0)} GB/s = {num(t['fraction_of_copy_bandwidth'], 2)} of copy bandwidth"
+    memory = svc["device_memory_mib"] if svc["device_memory_mib"] is not None else svc.get("device_used_delta_mib")
+    yield "MS MARCO scale", f"densehybrid serve ({m['kind']}, {m['encoder_shape']} query encoder)", \
+        f"ready in {num(svc['ready_s'], 1)} s, device memory {'-' if memory is None else f'{memory:,.0f} MiB'}"
+    for level, v in svc.items():
+        if level.startswith("/search"):
+            yield "MS MARCO scale", f"{level} over HTTP (p50/p95, throughput)", \
+                f"{num(v['p50_ms'], 2)}/{num(v['p95_ms'], 2)} ms, {num(v['rps'], 1)} rps (server total p50 " \
+                f"{num(v['server_total_p50_ms'], 2)} ms)"
+
+
+def _corpus_encode(r: dict):
+    for c in r["corpus_encode"]:
+        projected = c["projected_build_s"]
+        yield "corpus encode", f"{c['label']}: `index build` of {c['passages']:,} passages ({c['mean_tokens']} tokens " \
+            f"on average), batch {c['batch_size']}, {c['device_name']}", \
+            f"{num(c['build_pps'], 0)} passages/s; bare forward {num(c['bare_forward_pps'], 0)}/s " \
+            f"({num(c['bare_with_tokenization_pps'], 0)}/s with tokenizing): {num(c['build_over_bare_forward'], 2)}x; " \
+            f"at this rate 827k in {num(projected['packages_827k'], 0)} s, 8.8M in {num(projected['msmarco_8.8M'], 0)} s"
+
+
 def _targets(r: dict):
     for t in r["targets"]:
         mark = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
@@ -114,7 +158,8 @@ def _targets(r: dict):
         yield "target", t["description"], f"{value} {t['op']} {t['limit']}: {mark}"
 
 
-SECTIONS = {"memory": _memory, "search": _search, "encoder": _encoder, "service": _service}
+SECTIONS = {"memory": _memory, "search": _search, "encoder": _encoder, "service": _service,
+            "first_stage_parts": _first_stage_parts, "msmarco_scale": _msmarco_scale, "corpus_encode": _corpus_encode}
 
 
 def rows(results: dict) -> list[tuple[str, str, str]]:

@@ -32,6 +32,24 @@ def _clustered_chunks(n: int, dim: int, seed: int, draws: int, centers: int = 25
         yield (z @ basis + 0.3 * rng.standard_normal((m, dim))).astype(np.float32)
 
 
+def clustered_chunks_on(device: str, n: int, dim: int, seed: int = 0, chunk: int = 1 << 20, centers: int = 256,
+                        latent: int = 64) -> Iterator[np.ndarray]:
+    """The clustered rows of :func:`passages` drawn by torch on ``device``, as float16 chunks on the host: the
+    same shape (``centers`` centres in a ``latent``-dim subspace, noise 0.3), other draws. A GPU draws 8.8M x
+    768 in seconds where numpy takes minutes; the rows still cross to the host, since they are written."""
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(seed)
+    basis = torch.randn((latent, dim), generator=generator, device=device) / latent ** 0.5
+    middle = torch.randn((centers, latent), generator=generator, device=device) * 1.5
+    for s in range(0, n, chunk):
+        m = min(chunk, n - s)
+        picked = torch.randint(0, centers, (m,), generator=generator, device=device)
+        z = middle[picked] + torch.randn((m, latent), generator=generator, device=device)
+        rows = z @ basis + 0.3 * torch.randn((m, dim), generator=generator, device=device)
+        yield rows.to(torch.float16).cpu().numpy()
+
+
 def fit_mixture(real: np.ndarray, components: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A tied-covariance Gaussian mixture of ``real`` (M, dim): means (C, dim), weights (C,) summing to 1,
     and root (dim, dim) with ``root @ root.T`` the covariance pooled within the k-means clusters."""

@@ -113,12 +113,13 @@ def rerank_and_approx(config, first_stage_ms: float) -> dict:
 
 
 def device_copy_gbps(device: str, nbytes: int = 1 << 30) -> float:
-    """Bytes read per second by a device-to-device copy (reads + writes counted once each: 2 x nbytes)."""
+    """Bytes read per second by a copy within ``device`` (on a CPU: within memory) (reads + writes counted once each: 2 x nbytes)."""
     import torch
 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    timed = time_calls(lambda: (dst.copy_(src), torch.cuda.synchronize(device)), repeats=10, warmup=2)
+    on_gpu = torch.device(device).type == "cuda"
+    timed = time_calls(lambda: (dst.copy_(src), on_gpu and torch.cuda.synchronize(device)), repeats=10, warmup=2)
     return 2 * nbytes / (timed.p50 / 1000.0) / 1e9
 
 

@@ -14,7 +14,6 @@ exercise everywhere, while the capture itself runs only where CUDA does.
 from __future__ import annotations
 
 import bisect
-import gc
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from densehybrid.encoder.cuda_graph import capture
 from densehybrid.encoder.device import autocast, to_host
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tenso
 DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 64)  # up to the service's default batch of 64 texts
 # capped per role: queries (32 tokens by default) get 8, 16, 32; passages (128) all five
 DEFAULT_LENGTHS = (8, 16, 32, 64, 128)
-WARMUP_RUNS = 2  # eager runs on a side stream before a capture, so lazy initialisation stays out of it
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,8 @@ class ReplayedForward:
                 try:
                     if self._pool is None:
                         self._pool = torch.cuda.graph_pool_handle()
-                    bucket.values, bucket.gates, bucket.graph = _capture(self._run, inputs, self.device, self._pool)
+                    (bucket.values, bucket.gates), bucket.graph = capture(lambda: self._run(inputs), self.device,
+                                                                           pool=self._pool)
                     log.debug("captured a CUDA graph for %d rows x %d tokens", rows, length)
                 except RuntimeError as exc:  # a model with a host sync in its forward cannot be captured
                     self._capture_failed = True
@@ -163,26 +163,3 @@ def _padded(rows: Sequence[Sequence[int]], shape: tuple[int, int], pad_id: int) 
         host[1, i, :len(ids)] = 1
     host[:, len(rows):] = host[:, :1]
     return torch.from_numpy(host)
-
-
-def _capture(run: Callable, inputs: torch.Tensor, device: torch.device, pool):
-    """Warm up on a side stream, then capture one forward: -> static values, gates and the graph."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(WARMUP_RUNS):
-            run(inputs)
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    # No garbage collection during the capture: a collected encoder's graphs would be destroyed inside it,
-    # which CUDA forbids and which invalidates the capture (seen on an H200 when one test's encoder, held
-    # only by a reference cycle, went while the next test captured).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads may search
-            values, gates = run(inputs)
-    finally:
-        if collecting:
-            gc.enable()
-    return values, gates, graph

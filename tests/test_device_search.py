@@ -167,12 +167,14 @@ def test_serve_with_a_cuda_search_device_on_a_cpu_machine_stops_with_one_sentenc
 
 
 @pytest.mark.gpu
-def test_gpu_graphed_first_stage_equals_the_eager_one(monkeypatch):
+@pytest.mark.parametrize("chunk_rows", [1 << 20, 70_000])
+def test_gpu_graphed_first_stage_equals_the_eager_one(monkeypatch, chunk_rows):
     from densehybrid.index.engines import torch_graphs
 
     monkeypatch.setattr(torch_graphs, "MAX_GRAPHS", 2)
-    index = TorchFlatIndex(distinct_rows(200_000, 64, seed=10), None, search_devices("cuda")[:1], dtype=torch.float16)
-    graphed = index.shards[0][0].graphed
+    index = TorchFlatIndex(distinct_rows(200_000, 64, seed=10), None, search_devices("cuda")[:1], dtype=torch.float16,
+                           chunk_rows=chunk_rows)
+    graphed = index.graphed[0]
     for k in (11, 1000, 11, 50):  # a shape seen before replays its graph; a third shape evicts the oldest
         for seed in (1, 2):  # a replay reads the new query, not the captured one
             xq = distinct_rows(1, 64, seed=seed + k)
@@ -183,5 +185,9 @@ def test_gpu_graphed_first_stage_equals_the_eager_one(monkeypatch):
             np.testing.assert_array_equal(replayed[0], eager[0])
             above = eager[0] > eager[0][:, -1:]  # which rows of a float16 tie at the cut are kept may differ
             np.testing.assert_array_equal(replayed[1][above], eager[1][above])
-    assert list(graphed._graphs) == [(1, 11), (1, 50)]
-    assert graphed.fits(1, 10) and not graphed.fits(2, 10)  # batches run eagerly
+    choices = graphed.choices()
+    assert list(choices) == [11, 50]
+    for k, choice in choices.items():  # every split that fits was timed, and the fastest kept
+        assert set(choice["timed_ms"]) == set(graphed._splits(k))
+        assert choice["parts"] == min(choice["timed_ms"], key=choice["timed_ms"].get)
+    assert graphed.fits(1, 10) and not graphed.fits(2, 10)  # batches run op by op
