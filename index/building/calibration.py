@@ -1,0 +1,92 @@
+"""An approximate first stage built to a recall target: the breadth that keeps it, measured at build time.
+
+Users of Faiss, Qdrant or Milvus tune ``ef_search`` or ``nprobe`` by hand and rarely know what they lose.
+Here the build measures it: held-out queries (sentences cut from sampled passages, or the user's own
+``--calibration-queries``) are searched exactly over the stored rows, then through the approximate first
+stage at each breadth of a grid, the way a request searches it (candidates rescored exactly). Recall@10 is
+the share of each query's exact top 10 the search returns; the curve of recall against single-query
+latency goes into the manifest, with the smallest breadth that reaches the target. The service states
+the recall of the breadth each answer used, and a request may ask for a recall instead of a breadth.
+
+Pure functions of arrays and a search callable: the timing of a search is measured here, the search
+itself is the caller's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+K = 10
+DEFAULT_TARGET = 0.95
+# the latency each breadth is known by: the median of its queries (single query, one thread)
+Search = Callable[[np.ndarray, int], np.ndarray]  # (query (1, dim), breadth) -> its top-K rows (K,), -1 for none
+
+
+def recall_at_k(found: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """Per query, the share of its exact top-k rows (Q, k) that ``found`` (Q, k') holds (-1s never count)."""
+    return np.array([len(set(f[f >= 0].tolist()) & set(e[e >= 0].tolist())) / max(1, int((e >= 0).sum()))
+                     for f, e in zip(found, exact)])
+
+
+@dataclass(frozen=True)
+class Point:
+    """One breadth's measurement over the calibration queries."""
+
+    breadth: int
+    recall: float  # mean recall@10
+    exact_share: float  # share of queries whose top 10 is the exact one entire
+    p50_ms: float
+    p99_ms: float
+
+    def to_dict(self) -> dict:
+        return {"breadth": self.breadth, "recall_at_10": round(self.recall, 4), "exact_top10": round(self.exact_share, 4),
+                "p50_ms": round(self.p50_ms, 3), "p99_ms": round(self.p99_ms, 3)}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "Point":
+        return cls(int(record["breadth"]), float(record["recall_at_10"]), float(record["exact_top10"]),
+                   float(record["p50_ms"]), float(record["p99_ms"]))
+
+
+def measure(search: Search, queries: np.ndarray, exact: np.ndarray, breadths: Sequence[int]) -> list[Point]:
+    """Each breadth's recall and single-query latency over ``queries`` (Q, dim), against ``exact`` (Q, K)."""
+    points = []
+    for breadth in breadths:
+        search(queries[:1], breadth)  # the first call at a breadth pays for allocations
+        found, samples = [], []
+        for q in range(len(queries)):
+            started = time.perf_counter()
+            found.append(search(queries[q:q + 1], breadth))
+            samples.append((time.perf_counter() - started) * 1000.0)
+        recalls = recall_at_k(np.asarray(found), exact)
+        points.append(Point(int(breadth), float(recalls.mean()), float((recalls == 1.0).mean()),
+                            float(np.percentile(samples, 50)), float(np.percentile(samples, 99))))
+    return points
+
+
+@dataclass(frozen=True)
+class Choice:
+    point: Point
+    reached: bool  # whether ``point`` keeps the target; else the best recall the grid found
+    target: float
+
+
+def choose(points: Sequence[Point], target: float) -> Choice:
+    """The cheapest breadth whose recall reaches ``target``; without one, the breadth of the best recall."""
+    if not points:
+        raise ValueError("no breadth was measured")
+    reaching = [p for p in points if p.recall >= target]
+    if reaching:
+        return Choice(min(reaching, key=lambda p: (p.p50_ms, p.breadth)), True, target)
+    return Choice(max(points, key=lambda p: (p.recall, -p.breadth)), False, target)
+
+
+def breadth_for(curve: Sequence[dict], recall: float) -> dict:
+    """The manifest curve's cheapest point (a ``Point.to_dict``) whose recall reaches ``recall``; the best one
+    there is when none does."""
+    points = [Point.from_dict(p) for p in curve]
+    return choose(points, recall).point.to_dict()
