@@ -104,7 +104,7 @@ def with_ratios(table: dict, key: str | None = None) -> dict:
 def run(rows: int, requests: int) -> dict:
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

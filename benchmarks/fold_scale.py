@@ -25,6 +25,7 @@ import numpy as np
 
 from densehybrid.bench.hash_encoder import HashEncoder
 from densehybrid.index.search.searcher import Searcher
+from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
 from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.storage.vectors import write_vectors
@@ -81,7 +82,7 @@ def _profile_fold(index: Path, log_dir: Path, out: Path, top: int) -> str:
     """The fold of the whole log into ``out`` (not over the index), in this process, under cProfile: its
     top functions by cumulative time."""
     def fold_logged() -> None:
-        base = files.load_index(index)
+        base = loading.load_index(index)
         delta = Delta()
         for change in iter_changes(log_dir):
             delta = apply(delta, base, change, replaying=True)
@@ -104,7 +105,7 @@ def run(rows: int, written: int, work: Path, *, dim: int = 768, batch: int = 100
     if not (reuse and (index / files.MANIFEST).is_file()):
         _, report["make_index_s"] = _timed(lambda: make_index(index, rows, dim, seed))
     report["index_bytes"] = sum(p.stat().st_size for p in index.iterdir())
-    base, report["load_index_s"] = _timed(lambda: files.load_index(index))
+    base, report["load_index_s"] = _timed(lambda: loading.load_index(index))
     report["stored_rows"] = base.count
     live, report["open_live_s"] = _timed(lambda: LiveIndex.open(index, Searcher, log_dir=log_dir, base=base))
     try:

@@ -33,7 +33,7 @@ from densehybrid.index.building.build import BuildOptions, build_from_arrays, bu
 from densehybrid.index.building.commands import run_eval
 from densehybrid.index.search.fusion import DEFAULT_METHOD
 from densehybrid.index.search.params import SearchParams
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 
 KINDS: dict[str, EncoderConfig] = {
     "cls": EncoderConfig("minilm"),

@@ -58,7 +58,7 @@ def _serve_fake(workdir: Path, config: FakeServerConfig) -> None:
     from densehybrid.bench.hash_encoder import HashEncoder
     from densehybrid.bench.servers import LiveServer
     from densehybrid.bench.toy_index import build_toy_index
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

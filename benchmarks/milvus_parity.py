@@ -18,8 +18,8 @@ from densehybrid.index.building import commands
 
 from densehybrid.index import evaluate
 
-from densehybrid.index.storage import milvus, milvus_export
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served import milvus, milvus_export
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.params import SearchParams
 

@@ -31,7 +31,7 @@ from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ import json, sys, time
 def rss():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 before, started = rss(), time.perf_counter()
 index = load_index(sys.argv[1], checksums=False)
 print(json.dumps({"open_s": round(time.perf_counter() - started, 3), "rss_added_mb": round(rss() - before, 1)}))

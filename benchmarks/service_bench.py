@@ -62,7 +62,7 @@ def build_index(root: Path, encoder, docs: int) -> Path:
 
 def in_process(encoder, index_dir: Path, texts: list[str], repeats: int, device: str | None = None) -> dict:
     """Encode, and encode + search, called directly: the search on the device the server picks for it."""
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.index.search.search_device import resolve_search_device
     from densehybrid.index.search.searcher import Searcher
 

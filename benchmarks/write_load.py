@@ -56,7 +56,7 @@ def _serve(index: str, port: int, compact_after: int, write_share: float, scaled
     """Child process: serve ``index`` with writes on."""
     import uvicorn
 
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
 
     settings = ServiceSettings(index=index, compact_after_changes=compact_after, write_share=write_share,

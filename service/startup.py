@@ -79,7 +79,7 @@ def check_prompts(settings: ServiceSettings, recorded) -> None:
 
 def _load_index(settings: ServiceSettings):
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
 
     try:
         index = load_index(settings.index)
@@ -91,7 +91,7 @@ def _load_index(settings: ServiceSettings):
 
 def _open_collection(settings: ServiceSettings):
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.storage.milvus import open_collection
+    from densehybrid.index.served.milvus import open_collection
 
     try:
         index = open_collection(settings.milvus_uri, settings.collection, timeout_s=settings.milvus_timeout_s)

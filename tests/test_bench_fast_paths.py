@@ -2,7 +2,7 @@
 
 - ``representations.term_weighted_mlm``: the logsumexp/running-max form, including rows
   whose term weights are all negative, zero weights, and a row with no real token;
-- ``index.gip.score_rows``: both the sparse-query branch (only non-zero gated dims
+- ``index.search.gip.score_rows``: both the sparse-query branch (only non-zero gated dims
   gathered) and the dense-query branch (whole rows masked in place), several blocks.
 """
 

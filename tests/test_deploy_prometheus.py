@@ -94,7 +94,7 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
     binary = require_tool("prometheus", prometheus_binary())
     from support.fake_encoder import FakeEncoder
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

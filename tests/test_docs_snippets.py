@@ -94,7 +94,7 @@ def demo_server(tmp_path_factory):
     from densehybrid.bench.servers import LiveServer
     from densehybrid.cli.demo_corpus import FIELDS, write_stdlib_corpus
     from densehybrid.index.building.build import BuildOptions, build_index
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

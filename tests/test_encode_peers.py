@@ -10,7 +10,7 @@ from densehybrid.bench import encode_peers
 from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,
                                             summarize, workload_texts)
 from densehybrid.bench.servers import LiveServer
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

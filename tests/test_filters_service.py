@@ -9,7 +9,7 @@ import pytest
 from densehybrid.bench.servers import LiveServer
 from densehybrid.index.search import filters
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings

@@ -15,7 +15,7 @@ from densehybrid.index.search import fusion
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta, upsert
 from densehybrid.index.writes.merged import merged_search

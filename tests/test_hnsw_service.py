@@ -11,7 +11,7 @@ from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -9,7 +9,7 @@ from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

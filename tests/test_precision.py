@@ -17,7 +17,7 @@ from densehybrid.encoder.loading import load_encoder
 from densehybrid.encoder.precision import INT8_ADMITTED, PrecisionError, check_precision
 from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.startup import StartupError, load_components, query_precision

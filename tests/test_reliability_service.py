@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, toy_index):
     from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
     index = load_index(toy_index("dhr", count=20))

@@ -7,7 +7,7 @@ import httpx
 import numpy as np
 import pytest
 
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.responses import EncodeResponse, SearchResponse

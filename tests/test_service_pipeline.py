@@ -14,7 +14,7 @@ from support.fake_encoder import FakeEncoder
 from densehybrid.bench.servers import LiveServer
 from densehybrid.bench.toy_index import build_toy_index
 from densehybrid.index.search.params import SearchParams
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service import startup
 from densehybrid.service.app import create_app
 from densehybrid.service.batcher import Batcher

@@ -1,4 +1,4 @@
-"""An index held in Milvus, served as a :class:`ServedIndex` (its export: ``index.storage.milvus_export``).
+"""An index held in Milvus, served as a :class:`ServedIndex` (its export: ``index.served.milvus_export``).
 
 The collection holds the index's rows and, beside it, its manifest, so that a collection alone is
 enough to serve: model identity, λ and dims travel with it.
@@ -19,7 +19,7 @@ from densehybrid.index.search import filters
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect
 from densehybrid.index.errors import IndexLoadError, SearchError
-from densehybrid.index.storage.milvus_export import read_meta
+from densehybrid.index.served.milvus_export import read_meta
 from densehybrid.index.search.searcher import CpuSearch
 from densehybrid.index.search.served import DocumentLookup, ManifestView, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class MilvusDocs:
-    """Passage texts from the collection, read as ``index.documents.DocTable`` reads a local index's."""
+    """Passage texts from the collection, read as ``index.storage.documents.DocTable`` reads a local index's."""
 
     def __init__(self, store: MilvusStore):
         self.store = store

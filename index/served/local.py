@@ -23,7 +23,7 @@ from densehybrid.index.search.vector_store import VectorStore
 
 @dataclass(eq=False)
 class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
-    """A loaded, verified index (``index.files.load_index``). ``values`` and ``gates`` are read-only memory maps."""
+    """A loaded, verified index (``index.served.loading.load_index``). ``values`` and ``gates`` are read-only memory maps."""
 
     path: Path
     manifest: dict
@@ -38,7 +38,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
 
     remote = False
-    writable = False  # a published generation never changes; writes go through ``index.live.LiveIndex``
+    writable = False  # a published generation never changes; writes go through ``index.writes.live.LiveIndex``
 
     @property
     def first_stage_kind(self) -> str:

@@ -7,7 +7,7 @@ index has an ``hnsw`` or ``ivf`` first stage) and, for gated kinds,
 ``gates`` (INT16 array). A companion collection ``NAME__meta`` holds the index manifest
 and the export's progress as JSON, so that a collection alone is enough to serve
 (model identity, λ and dims travel with it; the local directory may be gone). An export
-that stops part way resumes where it stopped. Serving the collection: ``index.storage.milvus``.
+that stops part way resumes where it stopped. Serving the collection: ``index.served.milvus``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from densehybrid.index.search import filters
 from densehybrid.index.storage import payload
 from densehybrid.index.engines.milvus_engine import call, connect, load_pymilvus, vector_index
 from densehybrid.index.errors import IndexAccessError
-from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.served.local import IndexFiles
 
 log = logging.getLogger(__name__)
 
