@@ -149,6 +149,13 @@ class ServedIndex(Protocol):
     def rrf_k(self) -> float: ...
 
     @property
+    def prompts(self) -> Prompts: ...
+
+    @property
+    def encoded_precision(self) -> str:
+        """The precision the passages were encoded in (``fp32`` or ``int8``)."""
+
+    @property
     def remote(self) -> bool:
         """Whether the rows live in another service (Milvus), not in this process."""
 
