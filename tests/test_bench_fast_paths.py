@@ -84,7 +84,7 @@ def test_score_rows_both_branches_match_numpy(query, monkeypatch):
 
 
 def test_first_stage_parts_time_every_part_on_the_cpu():
-    from densehybrid.bench.first_stage_parts import parts
+    from densehybrid.bench.parts.first_stage import parts
 
     result = parts(torch.device("cpu"), 3000)
     assert result["rows"] == 3000 and result["share_of_search"]["search"] == 1.0

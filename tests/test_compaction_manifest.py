@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from densehybrid.bench.hash_encoder import HashEncoder
-from densehybrid.bench.toy_index import write_toy_corpus
+from densehybrid.bench.servers.hash_encoder import HashEncoder
+from densehybrid.bench.servers.toy_index import write_toy_corpus
 from densehybrid.index.storage import files
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.writes.compaction import fold

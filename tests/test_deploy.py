@@ -388,7 +388,7 @@ def live_exposition(tmp_path_factory) -> str:
     import httpx
 
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from support.fake_encoder import FakeEncoder
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.encoder.loading import load_encoder, save_encoder
 from densehybrid.service import startup

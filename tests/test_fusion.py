@@ -327,7 +327,7 @@ def test_live_server_search_picks_the_fusion_method_per_request(toy_index):
     import httpx
 
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building import fusion_auto, mix_choice
 from densehybrid.index.building.build import BuildOptions, build_from_arrays, build_index
 from densehybrid.index.search import fusion

@@ -1,4 +1,4 @@
-"""The GPU machine's one-command run (benchmarks/gpu_run.sh), rehearsed on the CPU at tiny sizes, so that the
+"""The GPU machine's one-command run (benchmarks/gpu/gpu_run.sh), rehearsed on the CPU at tiny sizes, so that the
 script is known to work before a GPU is lent: its time there is short and counted from the cold start."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from densehybrid.bench.gpu_results import device_name
+from densehybrid.bench.gpu.results import device_name
 from densehybrid.bench.targets import GPU_TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def test_results_are_named_for_the_device():
 @pytest.mark.slow
 def test_the_rehearsal_runs_every_step_and_checks_every_gpu_target(tmp_path):
     env = {**os.environ, "DENSEHYBRID_GPU_REHEARSAL": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    run = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_run.sh"), str(tmp_path)], cwd=REPO, env=env,
+    run = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu" / "gpu_run.sh"), str(tmp_path)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert re.search(r"^\d+ (passed|skipped)", (tmp_path / "pytest-gpu.log").read_text().splitlines()[-1])

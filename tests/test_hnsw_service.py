@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.search.params import SearchParams

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from support.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.cli.main import app
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.errors import IndexWriteError

@@ -4,7 +4,7 @@ in /info and in every answer (FakeEncoder, a loopback server)."""
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.search.params import SearchParams

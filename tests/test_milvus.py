@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.servers import LiveServer, free_port
+from densehybrid.bench.servers.start import LiveServer, free_port
 from densehybrid.cli.main import app
 from densehybrid.index import errors
 from densehybrid.index.search import gip

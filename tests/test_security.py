@@ -19,7 +19,7 @@ import pytest
 from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 from support.fake_encoder import FakeEncoder
 

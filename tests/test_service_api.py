@@ -12,7 +12,7 @@ from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.responses import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder

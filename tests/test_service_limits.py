@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.index.search.explain import explain
 from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app

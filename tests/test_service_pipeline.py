@@ -11,8 +11,8 @@ import pytest
 from starlette.requests import Request
 
 from support.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.served.loading import load_index
 from densehybrid.service import startup

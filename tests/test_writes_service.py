@@ -7,8 +7,8 @@ import shutil
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.index.writes import wal
 from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app

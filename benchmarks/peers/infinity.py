@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from densehybrid.bench.servers import free_port, wait_for_process_ready
+from densehybrid.bench.servers.start import free_port, wait_for_process_ready
 
 ENGINES = ("torch", "optimum")
 INFINITY_VERSION = "0.0.78"

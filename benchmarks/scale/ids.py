@@ -1,7 +1,7 @@
 """How long the id list takes to open, and the first id lookup after it, at N ids: the stored arrays
 (``doc_ids.npy`` + ``doc_ids.order.npy``, memory-mapped) against format 2's ``doc_ids.json``.
 
-``python -m densehybrid.bench.id_load --ids 1000000`` writes both forms of N MS MARCO-like ids into
+``python -m densehybrid.bench.scale.ids --ids 1000000`` writes both forms of N MS MARCO-like ids into
 a temporary directory and, ``--repeats`` times each, opens them as a load does and looks one id up as
 the first write after a reload does (for the JSON list that builds its sorted lookup array, as the
 index did before the arrays). A reload runs this while readers wait for the GIL, so the open is the

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from densehybrid.bench import pyserini_layout, scale_vectors
-from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.scale import pyserini_layout, vectors
+from densehybrid.bench.servers.start import serve_command, start_server, stop_process
 from densehybrid.bench.timing import summarize
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index.building.commands import load_model
@@ -53,13 +52,10 @@ def serve_once(flags: list[str], queries: int = 40, ready_timeout_s: float = 600
     """Start ``densehybrid serve FLAGS``; ready time, memory before the first query, /search latencies."""
     import httpx
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", "--port", str(port), "--log-level",
-                             "WARNING", *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc, url = start_server(serve_command(*flags), ready_timeout_s=ready_timeout_s, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
     try:
-        wait_for_process_ready(url, proc, timeout_s=ready_timeout_s)
         out = {"ready_s": round(time.perf_counter() - started, 2), "before_first_query": memory_mb(proc.pid)}
         if "--index" in flags:
             with httpx.Client(base_url=url, timeout=120) as client:
@@ -84,7 +80,7 @@ def run_serving(rows: int, work: Path, ann: AnnConfig = HNSWConfig(), seed: int 
     spec = load_model(SERVE_MODEL, "cpu").spec
     work = work / f"serve-n{rows}-d{spec.dim}"
     shutil.rmtree(work, ignore_errors=True)
-    xb = scale_vectors.passages(rows, spec.dim, seed)
+    xb = vectors.passages(rows, spec.dim, seed)
     source = pyserini_layout.write_pyserini_dir(work / "pyserini", xb, [f"p{i}" for i in range(rows)])
     del xb
     result = {"model": SERVE_MODEL.model, "dim": spec.dim, "rows": rows, "model_only": serve_once(MODEL_FLAGS)}

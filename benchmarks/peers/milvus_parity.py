@@ -1,6 +1,6 @@
 """Milvus vs the local index on judged queries: same top-10? same nDCG@10? how fast?
 
-    python -m densehybrid.bench.milvus_parity --index DIR --queries Q.jsonl --qrels QRELS \\
+    python -m densehybrid.bench.peers.milvus_parity --index DIR --queries Q.jsonl --qrels QRELS \\
         --milvus-uri /tmp/parity.db [--collection parity] [--candidates 1000]
 
 Exports the index (timed: rows/s), encodes the judged queries once, searches both stores

@@ -1,6 +1,6 @@
 """A fold at scale: N stored rows, W documents written through the live index, then one compaction, each phase timed.
 
-``python -m densehybrid.bench.fold_scale --rows 1000000 --written 10000 --work runs/fold`` writes a
+``python -m densehybrid.bench.scale.fold --rows 1000000 --written 10000 --work runs/fold`` writes a
 seeded index of ``rows`` x ``dim`` float16 rows straight in the index format (HashEncoder's ``cls``
 spec; the vectors are random, which is fine here: a fold copies rows, it never ranks them), opens it
 as a server does (a :class:`~densehybrid.index.writes.live.LiveIndex` with a write-ahead log), writes
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from densehybrid.bench.hash_encoder import HashEncoder
+from densehybrid.bench.servers.hash_encoder import HashEncoder
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files

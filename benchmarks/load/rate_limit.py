@@ -21,7 +21,7 @@ and nginx and wrk on the others, the way clients and a balancer on other machine
 encoder's CPU; without it all three share every core, and the cost of refusing (nginx's or the
 server's) comes out of the encoder's time. Prints one JSON report.
 
-    python -m densehybrid.bench.rate_limit --duration 8 --multipliers 2 10
+    python -m densehybrid.bench.load.rate_limit --duration 8 --multipliers 2 10
 
 Needs wrk and nginx on PATH.
 """
@@ -38,10 +38,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from densehybrid.bench.encode_peers import densehybrid_request, run_wrk, start_densehybrid, wrk_executable
-from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.load.wrk import run_wrk, wrk_executable
+from densehybrid.bench.load.workloads import densehybrid_request
+from densehybrid.bench.servers.start import (free_port, serve_command, start_server, stop_process,
+                                            wait_for_process_ready)
 
-NGINX_CONF = Path(__file__).resolve().parents[1] / "deploy" / "nginx" / "nginx.conf"
+NGINX_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nginx" / "nginx.conf"
 _RATE = re.compile(r"rate=\d+r/s;(\s*# rate limit: rate)")
 _BURST = re.compile(r"burst=(\d+) delay=(\d+);(\s*# rate limit: burst)")
 _LIMIT_LINE = re.compile(r"^\s*limit_req zone=.*# rate limit: burst\n", re.MULTILINE)
@@ -104,7 +106,8 @@ def run(model: str, saturation_clients: int, multipliers: list[int], duration_s:
     if split is not None:
         os.sched_setaffinity(0, split[0])  # the server inherits it ...
     try:
-        server, server_url = start_densehybrid(["--model", model, "--queue-size", str(queue_size)])
+        server, server_url = start_server(serve_command("--model", model, "--queue-size", str(queue_size)),
+                                          ready_timeout_s=600)
     finally:
         os.sched_setaffinity(0, split[1] if split is not None else everyone)  # ... nginx and wrk this one
     report: dict = {"model": model, "workload": "passages (16 per request)", "duration_s": duration_s,

@@ -1,6 +1,6 @@
-"""The GPU run's results in one file named for the device: ``python -m densehybrid.bench.gpu_results OUT_DIR``.
+"""The GPU run's results in one file named for the device: ``python -m densehybrid.bench.gpu.results OUT_DIR``.
 
-benchmarks/gpu_run.sh runs the benchmark in steps, each writing ``bench-STEP.json``, so that a step cut
+benchmarks/gpu/gpu_run.sh runs the benchmark in steps, each writing ``bench-STEP.json``, so that a step cut
 short by its time limit costs only its own numbers. This merges the steps, checks the targets on the
 whole, and writes ``gpu-DEVICE.json`` and ``gpu-DEVICE.md`` beside them: DEVICE is the CUDA device name in
 lower case with dashes for spaces (``cpu-rehearsal`` for the CPU rehearsal).

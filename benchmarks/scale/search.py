@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from densehybrid.bench import pyserini_layout, scale_vectors
+from densehybrid.bench.scale import pyserini_layout, vectors
 from densehybrid.bench.timing import summarize
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
@@ -81,11 +81,11 @@ def _sizes(directory: Path) -> dict[str, int]:
 
 def _vectors(config: ScaleConfig) -> tuple[np.ndarray, np.ndarray, str]:
     fit = None if config.fit is None else np.load(config.fit)
-    xb = scale_vectors.passages(config.rows, config.dim, config.seed, fit, config.fit_components)
+    xb = vectors.passages(config.rows, config.dim, config.seed, fit, config.fit_components)
     if config.real_queries is not None:
         xq = np.load(config.real_queries).astype(np.float32)
     else:
-        xq = scale_vectors.queries(config.queries, config.dim, config.seed)
+        xq = vectors.queries(config.queries, config.dim, config.seed)
     mixture = ("Gaussian-fitted" if config.fit_components == 1
                else f"{config.fit_components}-component Gaussian-mixture-fitted")
     source = "clustered synthetic" if fit is None else f"{len(fit)} real vectors + {mixture} distractors"

@@ -1,6 +1,6 @@
 """Load test of a live server on loopback: saturation, latency under load, shedding, memory over a soak.
 
-``densehybrid loadtest`` starts a server process on 127.0.0.1 (``bench.load_server``: a
+``densehybrid loadtest`` starts a server process on 127.0.0.1 (``bench.servers.hash_server``: a
 HashEncoder whose forward takes ``base_ms + per_text_ms * texts`` of sleep, like a device forward
 that releases the GIL, over a small real index; or pass ``--url`` for a server already running),
 then drives ``/search`` with a bounded async httpx client in five phases:
@@ -30,14 +30,43 @@ from pathlib import Path
 
 import httpx
 
-from densehybrid.bench.load_server import FakeServerConfig, fake_server
-from densehybrid.bench.server_probe import rss_drift, rss_mb, server_quantiles
+from densehybrid.bench.load.probe import rss_drift, rss_mb, server_quantiles
+from densehybrid.bench.servers import hash_server
+from densehybrid.bench.servers.start import server_process
 from densehybrid.bench.timing import percentile
 
 log = logging.getLogger(__name__)
 
 WORDS = ("dense retrieval lexical matching gated inner product aggregation term weights faiss flat index "
          "query latency passage ranking bm25 baseline neural reranking vector quantization").split()
+
+
+@dataclass(frozen=True)
+class FakeServerConfig:
+    """The server ``run_load`` starts when no ``--url`` is given: the HashEncoder with a device-like forward
+    (``base_ms + per_text_ms * texts``) over a toy index of ``documents`` passages."""
+
+    # measured (docs/performance.md): a DistilBERT-base forward of one 32-token query takes 46-79 ms on this machine kind
+    base_ms: float = 40.0
+    per_text_ms: float = 10.0
+    max_batch_size: int = 4
+    queue_size: int = 32
+    documents: int = 500
+
+
+@contextlib.contextmanager
+def fake_server(config: FakeServerConfig, workdir: Path, timeout_s: float = 120) -> Iterator[tuple[str, int]]:
+    """``servers.hash_server`` over a toy index built in ``workdir`` (once) -> (url, pid); stopped afterwards."""
+    from densehybrid.bench.servers.hash_encoder import HashEncoder
+    from densehybrid.bench.servers.toy_index import build_toy_index
+
+    index = workdir / "index" / "index"
+    if not index.exists():
+        build_toy_index(HashEncoder("dhr"), workdir / "index", count=config.documents)
+    command = hash_server.command(index, "--forward-ms", str(config.base_ms), str(config.per_text_ms),
+                                  "--max-batch-size", str(config.max_batch_size), "--queue-size", str(config.queue_size))
+    with server_process(command, ready_timeout_s=timeout_s) as (proc, url):
+        yield url, proc.pid
 
 
 @dataclass(frozen=True)

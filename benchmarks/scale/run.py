@@ -1,5 +1,5 @@
-"""``densehybrid bench --scale N``: run :mod:`densehybrid.bench.scale` (and, unless told not to,
-:mod:`densehybrid.bench.scale_serve`) for each N; print, write JSON and the plot."""
+"""``densehybrid bench --scale N``: run :mod:`densehybrid.bench.scale.search` (and, unless told not to,
+:mod:`densehybrid.bench.scale.serve`) for each N; print, write JSON and the plot."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from densehybrid.bench import scale_report
-from densehybrid.bench.scale import ScaleConfig, run_scale
+from densehybrid.bench.scale import report
+from densehybrid.bench.scale.search import ScaleConfig, run_scale
 from densehybrid.index.engines.ivf_engine import IVFConfig
 
 log = logging.getLogger(__name__)
@@ -30,13 +30,13 @@ def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | Non
         config = replace(config, nprobe_sweep=tuple(nprobe_sweep)) if nprobe_sweep else config
         result = run_scale(config)
         if serve:  # fresh server processes of their own: the numbers above are of this one
-            from densehybrid.bench.scale_serve import run_serving
+            from densehybrid.bench.scale.serve import run_serving
 
             result["serving"] = run_serving(n, work, config.ivf if ann == "ivf" else config.hnsw, config.seed)
         results.append(result)
-    scale_report.print_table(results)
-    scale_report.write_json(results, out)
+    report.print_table(results)
+    report.write_json(results, out)
     if plot is not None:
-        scale_report.plot(results, plot)
+        report.plot(results, plot)
     log.info("scale results written to %s%s", out, f" and {plot}" if plot else "")
     return results

@@ -1,6 +1,7 @@
-"""A closed-loop HTTP load client for the service benchmark: keep-alive connections of the standard
-library, one thread each, spread over client processes when one Python's interpreter lock would cap
-them below what the server answers."""
+"""The closed-loop HTTP load client of the benchmarks: keep-alive connections of the standard library, one
+thread each, each sending its next request as soon as its last answer is in, spread over client processes
+when one Python's interpreter lock would cap them below what the server answers. A level sends a fixed
+list of requests (:func:`drive_level`), or runs until told to stop (:func:`drive_samples` with ``stop``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import multiprocessing
 import threading
 import time
 import urllib.parse
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,11 +27,13 @@ WORK_STAGES = ("tokenize_ms", "encode_ms", "search_ms", "rerank_ms")
 
 @dataclass
 class Samples:
-    """One client's requests: per-request latencies and the server's own times (ms), and when it ran."""
+    """One client's requests: latencies and the server's own times (ms) of the answered ones, every answer's
+    status, and when it ran."""
 
     latencies: list[float] = field(default_factory=list)
     server_total: list[float] = field(default_factory=list)
     overhead: list[float] = field(default_factory=list)  # client latency minus the server's work stages
+    statuses: Counter = field(default_factory=Counter)
     began: float = 0.0  # wall-clock seconds (time.time), comparable across processes
     ended: float = 0.0
 
@@ -42,38 +47,56 @@ class Connection:
         parts = urllib.parse.urlsplit(url)
         self.http = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
 
-    def post(self, route: str, body: dict) -> dict:
+    def send(self, route: str, body: dict) -> tuple[int, bytes]:
+        """POST ``body`` as JSON -> (status, the answer's bytes)."""
         self.http.request("POST", route, json.dumps(body), {"Content-Type": "application/json"})
         reply = self.http.getresponse()
-        payload = reply.read()
-        if reply.status != 200:
-            raise RuntimeError(f"POST {route} answered {reply.status}: {payload[:300]!r}")
+        return reply.status, reply.read()
+
+    def post(self, route: str, body: dict) -> dict:
+        """POST ``body`` -> the JSON answer; RuntimeError for any status but 200."""
+        status, payload = self.send(route, body)
+        if status != 200:
+            raise refused(route, status, payload)
         return json.loads(payload)
 
 
-def drive_samples(url: str, route: str, bodies: list[dict], concurrency: int,
-                   start_at: float | None = None) -> Samples:
-    """``concurrency`` closed-loop clients, a thread and a connection each, sharing ``bodies``."""
+def refused(route: str, status: int, payload: bytes) -> RuntimeError:
+    return RuntimeError(f"POST {route} answered {status}: {payload[:300]!r}")
+
+
+def drive_samples(url: str, route: str, bodies: Iterable[dict], concurrency: int,
+                  start_at: float | None = None, stop: threading.Event | None = None) -> Samples:
+    """``concurrency`` closed-loop clients, a thread and a connection each, taking the next of ``bodies`` as
+    soon as their last answer is in (each connection warmed with one of the first two first): until the
+    bodies run out (any answer but 200 raises), or, with ``stop``, until it is set (every status counted)."""
     samples = Samples()
     pending = iter(bodies)
+    first = list(itertools.islice(pending, 2))
+    pending = itertools.chain(first, pending)
     lock = threading.Lock()
     connections = [Connection(url) for _ in range(concurrency)]
-    for connection, body in zip(connections, itertools.cycle(bodies[:2])):  # warm connections and caches
+    for connection, body in zip(connections, itertools.cycle(first)):  # warm connections and caches
         connection.post(route, body)
 
     def worker(connection: Connection) -> None:
-        while True:
+        while stop is None or not stop.is_set():
             with lock:
                 body = next(pending, None)
             if body is None:
                 return
             start = time.perf_counter()
-            timing = connection.post(route, body)["timing"]
+            status, payload = connection.send(route, body)
             latency = (time.perf_counter() - start) * 1000.0
+            if status != 200 and stop is None:
+                raise refused(route, status, payload)
+            timing = json.loads(payload)["timing"] if status == 200 else None
             with lock:
-                samples.latencies.append(latency)
-                samples.server_total.append(timing["total_ms"])
-                samples.overhead.append(latency - sum(timing.get(stage, 0.0) for stage in WORK_STAGES))
+                samples.statuses[status] += 1
+                if timing is not None:
+                    samples.latencies.append(latency)
+                    samples.server_total.append(timing["total_ms"])
+                    samples.overhead.append(latency - sum(timing.get(stage, 0.0) for stage in WORK_STAGES))
 
     if start_at is not None:  # every client process starts at once
         time.sleep(max(0.0, start_at - time.time()))

@@ -1,13 +1,13 @@
 """Search latency while writes stream in: read p99 with writes / read-only p99, from one run.
 
-``python -m densehybrid.bench.write_load [--documents N] [--seconds S] [--readers R]`` builds a toy
+``python -m densehybrid.bench.load.writes [--documents N] [--seconds S] [--readers R]`` builds a toy
 index (HashEncoder, the benchmarks' weightless encoder), starts a server process on loopback with writes on and a low compaction
 threshold (so compactions run during the measurement too), then runs two phases of equal length:
 
 1. read only: ``readers`` clients search in a closed loop;
 2. the same readers while one writer streams ``POST /documents`` batches (and some deletes).
 
-``--rows N`` serves a flat index of N seeded 768-dim rows instead (``bench.fold_scale.make_index``, written
+``--rows N`` serves a flat index of N seeded 768-dim rows instead (``bench.scale.fold.make_index``, written
 straight in the index format; the HashEncoder's plain ``cls`` kind at 768 dims encodes the queries and the
 written documents): at a million rows each fold copies the whole index, which is what its readers then
 share the cores with.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,54 +36,25 @@ from pathlib import Path
 
 import httpx
 
-from densehybrid.bench.load import percentile_ms, queries
-from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.load import client
+from densehybrid.bench.load.loadtest import percentile_ms, queries
+from densehybrid.bench.servers import hash_server
+from densehybrid.bench.servers.start import start_server, stop_process
 from densehybrid.service.settings import ServiceSettings
 
 DEFAULT_WRITE_SHARE = ServiceSettings.model_fields["write_share"].default
 SCALED_DIM = 768
 
 
-def _encoder(scaled: bool):
-    """The toy index's gated encoder, or for an index of ``--rows`` the plain 768-dim one it was made for."""
-    from densehybrid.bench.hash_encoder import HashEncoder
-
-    return HashEncoder("cls", dense_dim=SCALED_DIM) if scaled else HashEncoder("dhr")
-
-
-def _serve(index: str, port: int, compact_after: int, write_share: float, scaled: bool) -> None:
-    """Child process: serve ``index`` with writes on."""
-    import uvicorn
-
-    from densehybrid.index.served.loading import load_index
-    from densehybrid.service.app import create_app
-
-    settings = ServiceSettings(index=index, compact_after_changes=compact_after, write_share=write_share,
-                               log_level="WARNING")
-    uvicorn.run(create_app(settings, encoder=_encoder(scaled), index=load_index(index)), host="127.0.0.1",
-                port=port, log_level="warning")
-
-
-def _start(index: Path, port: int, compact_after: int, write_share: float, scaled: bool) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "densehybrid.bench.write_load", "serve", str(index), str(port),
-                             str(compact_after), str(write_share), str(int(scaled))])
-    wait_for_process_ready(f"http://127.0.0.1:{port}", proc)
-    return proc
-
-
-def _reader(url: str, seed: int, stop: threading.Event, latencies: list, statuses: Counter) -> None:
-    bodies = queries(seed)
-    with httpx.Client(base_url=url, timeout=30) as client:
-        while not stop.is_set():
-            started = time.perf_counter()
-            response = client.post("/search", json=next(bodies))
-            statuses[response.status_code] += 1
-            if response.status_code == 200:
-                latencies.append((time.perf_counter() - started) * 1000)
+def _start(index: Path, compact_after: int, write_share: float, scaled: bool) -> tuple[subprocess.Popen, str]:
+    """``servers.hash_server`` over ``index`` with writes on -> (the process, its URL)."""
+    shape = ["--kind", "cls", "--dense-dim", str(SCALED_DIM)] if scaled else []
+    return start_server(hash_server.command(index, "--writes", "--compact-after-changes", str(compact_after),
+                                            "--write-share", str(write_share), *shape))
 
 
 def _writer(url: str, batch: int, stop: threading.Event, statuses: Counter, rate: float | None = None) -> None:
-    with httpx.Client(base_url=url, timeout=30) as client:
+    with httpx.Client(base_url=url, timeout=30) as http:
         i = 0
         next_at = time.perf_counter()
         while not stop.is_set():
@@ -93,29 +63,26 @@ def _writer(url: str, batch: int, stop: threading.Event, statuses: Counter, rate
                     break
                 next_at = max(next_at + 1 / rate, time.perf_counter())  # behind: no burst to catch up
             docs = [{"id": f"w{i}-{j}", "text": f"written passage {i} {j} dense retrieval"} for j in range(batch)]
-            statuses[client.post("/documents", json={"documents": docs}).status_code] += 1
+            statuses[http.post("/documents", json={"documents": docs}).status_code] += 1
             if i % 5 == 4:
-                statuses[client.delete(f"/documents/w{i - 1}-0").status_code] += 1
+                statuses[http.delete(f"/documents/w{i - 1}-0").status_code] += 1
             i += 1
 
 
 def _phase(url: str, readers: int, seconds: float, write_batch: int | None, write_rate: float | None = None) -> dict:
+    """``readers`` closed-loop searchers for ``seconds``, beside one writer when ``write_batch`` is given."""
     stop = threading.Event()
-    latencies: list[float] = []
-    reads: Counter = Counter()
     writes: Counter = Counter()
-    threads = [threading.Thread(target=_reader, args=(url, seed, stop, latencies, reads)) for seed in range(readers)]
-    if write_batch:
-        threads.append(threading.Thread(target=_writer, args=(url, write_batch, stop, writes, write_rate)))
-    for t in threads:
+    writer = threading.Thread(target=_writer, args=(url, write_batch, stop, writes, write_rate)) if write_batch else None
+    timer = threading.Timer(seconds, stop.set)
+    for t in filter(None, (writer, timer)):
         t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    lat = sorted(latencies)
+    reads = client.drive_samples(url, "/search", queries(0), readers, stop=stop)
+    if writer is not None:
+        writer.join()
+    lat = sorted(reads.latencies)
     return {"search_p50_ms": percentile_ms(lat, 50), "search_p99_ms": percentile_ms(lat, 99),
-            "searches_per_s": round(len(lat) / seconds, 1), "search_statuses": dict(reads),
+            "searches_per_s": round(len(lat) / seconds, 1), "search_statuses": dict(reads.statuses),
             "write_statuses": dict(writes), "write_requests_per_s": round(sum(writes.values()) / seconds, 1)}
 
 
@@ -128,10 +95,11 @@ def _metric(url: str, name: str) -> float:
 
 def _index(documents: int, rows: int | None, work: Path) -> Path:
     if rows is None:
-        from densehybrid.bench.toy_index import build_toy_index
+        from densehybrid.bench.servers.hash_encoder import HashEncoder
+        from densehybrid.bench.servers.toy_index import build_toy_index
 
-        return build_toy_index(_encoder(False), work, count=documents)
-    from densehybrid.bench.fold_scale import make_index
+        return build_toy_index(HashEncoder("dhr"), work, count=documents)
+    from densehybrid.bench.scale.fold import make_index
 
     return make_index(work / "index", rows, SCALED_DIM)
 
@@ -141,9 +109,7 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
         work: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="densehybrid-write-load-", dir=work) as tmp:
         index = _index(documents, rows, Path(tmp))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        proc = _start(index, port, compact_after, write_share, rows is not None)
+        proc, url = _start(index, compact_after, write_share, rows is not None)
         try:
             _phase(url, readers, min(2.0, seconds), None)  # warm-up
             read_only = _phase(url, readers, seconds, None)
@@ -162,10 +128,6 @@ def run(documents: int, seconds: float, readers: int, write_batch: int, compact_
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:
-        _serve(argv[1], int(argv[2]), int(argv[3]), float(argv[4]), bool(int(argv[5])))
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)

@@ -1,18 +1,25 @@
-"""The servers the benchmarks start: a live in-process server, a free loopback port, waiting for a
-server process to become ready, and stopping it.
+"""Starting the server under test, the one way every benchmark does: in this process (:class:`LiveServer`,
+uvicorn in a thread: tests and quick runs), or as a child process on a free loopback port
+(:func:`start_server` / :func:`server_process`: ``densehybrid serve`` of a real model, or
+``servers.hash_server`` over the weightless encoder), ready before it is driven and stopped after.
 
     with LiveServer(create_app(settings, encoder=HashEncoder("dhr"))) as server:
         httpx.get(server.url + "/ready")
+    with server_process(serve_command("--index", str(index))) as (proc, url):
+        ...
 
 Nothing in the service imports this module: it drives servers, it is not on a request's path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 
 import uvicorn
 from fastapi import FastAPI
@@ -104,3 +111,32 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=30)
+
+
+def serve_command(*args: str) -> list[str]:
+    """``densehybrid serve ARGS`` in this Python, logging warnings only (a later ``--log-level`` in ARGS wins)."""
+    return [sys.executable, "-m", "densehybrid", "serve", "--log-level", "WARNING", *args]
+
+
+def start_server(command: Sequence[str], *, ready_timeout_s: float = 120.0, env: dict | None = None,
+                 stdout=None, stderr=None) -> tuple[subprocess.Popen, str]:
+    """``command --port P`` on a free loopback port, once it answers ``/ready`` -> (the process, its URL).
+
+    A process that exits first, or is not ready in time, is stopped and :class:`ServerNotReady` raised;
+    the caller stops a started one (:func:`stop_process`), or uses :func:`server_process`."""
+    port = free_port()
+    proc = subprocess.Popen([*command, "--port", str(port)], env=env, stdout=stdout, stderr=stderr)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_process_ready(url, proc, timeout_s=ready_timeout_s)
+    return proc, url
+
+
+@contextlib.contextmanager
+def server_process(command: Sequence[str], *, stop_timeout_s: float = 30.0,
+                   **start) -> Iterator[tuple[subprocess.Popen, str]]:
+    """:func:`start_server` for a ``with`` block: (the process, its URL), stopped when the block ends."""
+    proc, url = start_server(command, **start)
+    try:
+        yield proc, url
+    finally:
+        stop_process(proc, stop_timeout_s)

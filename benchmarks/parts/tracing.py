@@ -1,13 +1,13 @@
 """What tracing costs: /search under load with ``--otlp-endpoint`` and without, and the spans' cost per request.
 
-Runs the ``search`` workload of :mod:`densehybrid.bench.encode_peers` (wrk closed-loop clients on a
+Runs the ``search`` workload of :mod:`densehybrid.bench.peers.encode` (wrk closed-loop clients on a
 fresh ``densehybrid serve --index`` per round) alternately without and with tracing, the traces going
 to an OTLP/HTTP sink on this machine that answers every export and discards it (a collector elsewhere
 would decode them on its own CPU). Prints each round, then the median round's req/s and p50 with
 tracing on over off. Then, in this process, the event-loop time that making one request's spans
 takes (request span and six stage spans, handed to the batch exporter), as microseconds per request.
 
-    python -m densehybrid.bench.tracing_overhead --rounds 3 --clients 32 --duration 10
+    python -m densehybrid.bench.parts.tracing --rounds 3 --clients 32 --duration 10
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from statistics import median
 
-from densehybrid.bench.encode_peers import (DEFAULT_DATA, INDEX_CACHE, Load, measure_densehybrid, search_index,
-                                            wrk_executable)
+from densehybrid.bench.load.wrk import wrk_executable
+from densehybrid.bench.peers.encode import DEFAULT_DATA, INDEX_CACHE, Load, measure_densehybrid, search_index
 
 
 class OtlpSink:

@@ -23,8 +23,8 @@ import httpx
 import numpy as np
 
 from densehybrid.encoder.random_checkpoint import write_random_checkpoint
-from densehybrid.bench import http_load
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.load import client
+from densehybrid.bench.servers.start import free_port, stop_process
 from densehybrid.bench.timing import ratio, time_calls
 from densehybrid.encoder.base import Encoded
 from densehybrid.encoder.loading import load_encoder
@@ -135,12 +135,12 @@ def noop_floor(config, texts: list[str]) -> dict:
     """/search latency of a do-nothing FastAPI handler in its own process: the HTTP+JSON floor."""
     port = free_port()
     with _process([sys.executable, "-c", NOOP_APP, str(port)], f"http://127.0.0.1:{port}", dict(os.environ), 60) as (url, _):
-        return http_load.drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1)
+        return client.drive(url, "/search", [{"query": t, "k": 10} for t in texts], 1)
 
 
 @contextlib.contextmanager
 def server_thread(index_dir: Path, backend: str, device: str | None, batching: dict, threads: int | None = None):
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 
@@ -154,10 +154,10 @@ def load_levels(url: str, config, texts: list[str]) -> dict:
     routes = {"/search": [{"query": t, "k": 10} for t in texts],
               "/encode": [{"texts": [t], "role": "query"} for t in texts]}
     out: dict = {}
-    with http_load.client_pool(config.client_processes) as pool:
+    with client.client_pool(config.client_processes) as pool:
         for route, bodies in routes.items():
             for c in config.concurrency:
-                level = out.setdefault(route, {})[f"c{c}"] = http_load.drive_level(url, route, bodies, c, pool, config.client_processes)
+                level = out.setdefault(route, {})[f"c{c}"] = client.drive_level(url, route, bodies, c, pool, config.client_processes)
                 log.info("%s at %d clients: %s requests/s, p50 %s ms", route, c, level["rps"], level["p50_ms"])
     return out
 
@@ -178,8 +178,8 @@ def profiled_level(url: str, pid: int, config, texts: list[str], out_dir: Path) 
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # py-spy attaches
     bodies = [{"query": t, "k": 10} for t in texts] * 4  # long enough to fill most of the recording
-    with http_load.client_pool(config.client_processes) as pool:
-        level = http_load.drive_level(url, "/search", bodies, concurrency, pool, config.client_processes)
+    with client.client_pool(config.client_processes) as pool:
+        level = client.drive_level(url, "/search", bodies, concurrency, pool, config.client_processes)
     _, errors = spy.communicate(timeout=60)
     return {**level, "stacks": stacks.name if stacks.exists() else None, "py_spy": errors[-500:]}
 

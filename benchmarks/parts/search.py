@@ -13,7 +13,7 @@ import logging
 import faiss
 import numpy as np
 
-from densehybrid.bench.memory import available_bytes
+from densehybrid.bench.parts.memory import available_bytes
 from densehybrid.bench.timing import ratio, time_calls
 from densehybrid.index.search import gip
 from densehybrid.index.engines import faiss_engine

@@ -1,6 +1,6 @@
 """Where a batch-1 torch first stage spends its time, part by part, on one device.
 
-    python -m densehybrid.bench.first_stage_parts [DEVICE] [ROWS]     (DEVICE "": cuda when present; 1,000,000 rows)
+    python -m densehybrid.bench.parts.first_stage [DEVICE] [ROWS]     (DEVICE "": cuda when present; 1,000,000 rows)
 
 Times, each on its own (median of 50 after 5 warm-ups, synchronised): the three ways to write the
 inner products of one query with every row (``q @ V.T``, ``V @ q.T``, ``torch.mv``), the top 1,000 of

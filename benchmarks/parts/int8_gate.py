@@ -14,7 +14,7 @@ Indexes are cached under ``--work`` (a build takes minutes on a small CPU), so a
 The fusion index is assembled from the ``dlr`` and ``cls`` ones (a fusion vector is the two side by side),
 after checking that the fusion encoder gives those rows for the first passages.
 
-    python -m densehybrid.bench.int8_gate --data /work/shared/data/msmarco-dl-5k --work runs/int8_gate
+    python -m densehybrid.bench.parts.int8_gate --data /work/shared/data/msmarco-dl-5k --work runs/int8_gate
 """
 
 from __future__ import annotations

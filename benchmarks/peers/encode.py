@@ -18,9 +18,9 @@ peer, densehybrid, ...) on fresh servers and the median round is reported, becau
 shared and absolute numbers drift. ``--infinity-engine optimum`` runs infinity on ONNX Runtime (its fastest
 CPU engine) over an ``optimum-cli export onnx`` of the model, in a virtual environment of its own.
 
-    python -m densehybrid.bench.encode_peers --rounds 3 --infinity
-    python -m densehybrid.bench.encode_peers --rounds 3 --infinity --infinity-engine optimum --workloads query passages
-    python -m densehybrid.bench.encode_peers --workloads search --data DIR --corpus-limit 200
+    python -m densehybrid.bench.peers.encode --rounds 3 --infinity
+    python -m densehybrid.bench.peers.encode --rounds 3 --infinity --infinity-engine optimum --workloads query passages
+    python -m densehybrid.bench.peers.encode --workloads search --data DIR --corpus-limit 200
 
 Needs wrk (``apt-get install wrk``).
 """
@@ -29,29 +29,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from itertools import islice
 from pathlib import Path
 
-from densehybrid.bench.infinity_peer import ENGINES, InfinityPeer
-from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
-from densehybrid.bench.service_latency import QUERIES
+from densehybrid.bench.load.workloads import BODIES, WORKLOADS, densehybrid_request, workload_texts
+from densehybrid.bench.load.wrk import run_wrk, wrk_executable
+from densehybrid.bench.peers.infinity import ENGINES, InfinityPeer
+from densehybrid.bench.servers.start import serve_command, start_server, stop_process
 from densehybrid.encoder.zoo import resolve
 
-PASSAGE = ("Dense retrieval maps queries and passages to vectors and ranks passages by inner product; "
-           "a lexical part keeps exact term matches that a dense vector alone blurs.")
-WORKLOADS = ("query", "passages", "search")
-BODIES = 64  # distinct request bodies per workload; wrk cycles through them
-WRK_SCRIPT = "wrk_closed_loop.lua"
-WRK_MARKER = "WRK_JSON "
-WRK_TIMEOUT = "30s"
-STAGE_ORDER = ("queue", "tokenize", "encode", "search", "rerank", "total", "serialize")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "msmarco-dl-5k"
 INDEX_CACHE = Path.home() / ".cache" / "densehybrid" / "bench-indexes"
 
@@ -64,93 +55,9 @@ class Load:
     warmup_s: int
 
 
-def wrk_executable() -> str:
-    """The wrk on PATH, or stop saying how to install it."""
-    found = shutil.which("wrk")
-    if not found:
-        raise SystemExit("wrk (the HTTP load generator this benchmark drives the servers with) is not installed: "
-                         "`apt-get install wrk` (Debian/Ubuntu; `brew install wrk` on macOS)")
-    return found
-
-
-def parse_wrk_output(stdout: str) -> dict:
-    """The one ``WRK_JSON {...}`` line ``wrk_closed_loop.lua`` prints at the end of a run."""
-    for line in stdout.splitlines():
-        if line.startswith(WRK_MARKER):
-            return json.loads(line.removeprefix(WRK_MARKER))
-    raise RuntimeError(f"no {WRK_MARKER.strip()} line in wrk's output:\n{stdout}")
-
-
-def _stage_rank(name: str) -> tuple[int, str]:
-    return (STAGE_ORDER.index(name) if name in STAGE_ORDER else len(STAGE_ORDER), name)
-
-
-def summarize(result: dict) -> dict:
-    """A parsed wrk result -> requests, req_s (2xx answers per second), latency ms, statuses, errors, stages.
-
-    ``stages`` are the server's mean ms per 2xx answer plus ``other_ms``: the mean client latency minus the
-    server's own time (its ``total`` stage when it sends one, else the sum of its stages; plus ``serialize``,
-    which the server times after its ``total``)."""
-    latency, seconds = result["latency_ms"], result["duration_us"] / 1e6
-    statuses = {int(code): count for code, count in result["statuses"].items()}
-    answered = sum(count for code, count in statuses.items() if 200 <= code < 300)
-    out = {"requests": result["requests"], "req_s": round(answered / seconds, 1) if seconds else 0.0,
-           "p50_ms": round(latency["p50"], 1), "p90_ms": round(latency["p90"], 1),
-           "p99_ms": round(latency["p99"], 1), "max_ms": round(latency["max"], 1),
-           "statuses": statuses, "errors": {kind: n for kind, n in result["errors"].items() if n}}
-    server = result["stages_ms"]
-    stages = {f"{name}_ms": round(server[name], 2) for name in sorted(server, key=_stage_rank)}
-    if stages and answered == result["requests"]:  # wrk's mean latency counts every answer, 429s too
-        server_ms = (stages["total_ms"] + stages.get("serialize_ms", 0.0) if "total_ms" in stages
-                     else sum(stages.values()))
-        stages["other_ms"] = round(latency["mean"] - server_ms, 2)
-    if stages:
-        out["stages"] = stages
-    return out
-
-
-def run_wrk(url: str, path: str, bodies: list[dict], clients: int, duration_s: int) -> dict:
-    """``clients`` closed-loop connections POSTing ``bodies`` (cycled) to ``url + path`` for ``duration_s``;
-    the summary of what wrk measured."""
-    wrk = wrk_executable()
-    script_file = resources.files("densehybrid.bench") / WRK_SCRIPT
-    with tempfile.TemporaryDirectory() as tmp, resources.as_file(script_file) as script:
-        bodies_file = Path(tmp) / "bodies.jsonl"
-        bodies_file.write_text("".join(json.dumps(body) + "\n" for body in bodies))
-        done = subprocess.run([wrk, "-t", "1", "-c", str(clients), "-d", f"{duration_s}s", "--timeout", WRK_TIMEOUT,
-                               "-s", str(script), url, "--", str(bodies_file), path], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"wrk exited with {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
-    return summarize(parse_wrk_output(done.stdout))
-
-
-def workload_texts(workload: str, i: int) -> list[str]:
-    if workload == "passages":
-        return [f"{PASSAGE} ({i}.{j})" for j in range(16)]
-    return [QUERIES[i % len(QUERIES)]]
-
-
-def densehybrid_request(workload: str) -> tuple[str, list[dict]]:
-    """The route and request bodies of ``workload`` for densehybrid."""
-    texts = [workload_texts(workload, i) for i in range(BODIES)]
-    if workload == "search":
-        return "/search", [{"query": t[0], "k": 10} for t in texts]
-    role = "passage" if workload == "passages" else "query"
-    return "/encode", [{"texts": t, "role": role} for t in texts]
-
-
 def infinity_request(workload: str, model: str) -> tuple[str, list[dict]]:
     """infinity-emb has no search: its ``search`` workload embeds the same single query."""
     return "/embeddings", [{"input": workload_texts(workload, i), "model": model} for i in range(BODIES)]
-
-
-def start_densehybrid(serve_args: list[str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "densehybrid", "serve", *serve_args, "--port", str(port),
-                             "--log-level", "WARNING"])
-    url = f"http://127.0.0.1:{port}"
-    wait_for_process_ready(url, proc, "/ready", timeout_s=600)
-    return proc, url
 
 
 def measure(start, request_for, workloads: list[str], clients: list[int], load: Load) -> dict:
@@ -200,7 +107,7 @@ def measure_densehybrid(model: str, index: Path | None, extra: list[str], worklo
     """The encode workloads on an encode-only ``--model`` server, search on an ``--index`` server."""
     def start(workload: str):
         served = ["--index", str(index)] if workload == "search" else ["--model", model]
-        return start_densehybrid([*served, *extra])
+        return start_server(serve_command(*served, *extra), ready_timeout_s=600)
 
     return measure(start, densehybrid_request, workloads, clients, load)
 

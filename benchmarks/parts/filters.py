@@ -7,7 +7,7 @@ a thread of this process) answers one client in a closed loop; each request's se
 ``search_ms`` is reported too, and the same searches in process on the Faiss and torch (CPU) engines.
 Selectivities take turns request by request; ratios are filtered / unfiltered from one run.
 
-    python -m densehybrid.bench.filter_bench [--rows 10000] [--requests 100]
+    python -m densehybrid.bench.parts.filters [--rows 10000] [--requests 100]
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ def with_ratios(table: dict, key: str | None = None) -> dict:
 
 
 def run(rows: int, requests: int) -> dict:
-    from densehybrid.bench.hash_encoder import HashEncoder
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.hash_encoder import HashEncoder
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings

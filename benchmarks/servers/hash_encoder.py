@@ -1,6 +1,6 @@
 """The load benchmarks' encoder: deterministic, no weights, so a load test measures the service.
 
-``densehybrid loadtest`` and ``python -m densehybrid.bench.write_load`` serve a small index with it.
+``densehybrid loadtest`` and ``python -m densehybrid.bench.load.writes`` serve a small index with it.
 Words are hashed to vocabulary ids; each word has a fixed weight and a fixed random dense direction.
 The lexical vector goes through the real representation math (densify, aggregate), so gates and GIP
 behave like the real thing. It ranks by shared words, not meaning: use it for throughput and latency,
