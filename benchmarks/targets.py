@@ -1,4 +1,4 @@
-"""The issue's targets, each a ratio measured in one run, checked against a results dict.
+"""The product's targets, each a ratio measured in one run, checked against a results dict.
 
 A target is reported, never asserted: a missed target is a finding to explain
 with the measurement, not a failed test.

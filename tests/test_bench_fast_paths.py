@@ -1,4 +1,4 @@
-"""The fast paths this issue added, against brute-force numpy on seeded data.
+"""The fast paths of the encoder and the rerank, against brute-force numpy on seeded data.
 
 - ``representations.term_weighted_mlm``: the logsumexp/running-max form, including rows
   whose term weights are all negative, zero weights, and a row with no real token;

@@ -320,7 +320,7 @@ def test_dashboard_structure():
     assert provider["providers"][0]["options"]["path"] in mounted
 
 
-def test_dashboard_covers_the_issue():
+def test_dashboard_covers_every_stage_and_the_queue():
     """Rates, error ratio, p50/p95/p99 of the five stages, batch sizes, queue, rejections, index, model."""
     exprs = "\n".join(dashboard_queries(json.loads(DASHBOARD.read_text())))
     assert "rate(densehybrid_requests_total" in exprs and 'status=~"5.."' in exprs
