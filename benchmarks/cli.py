@@ -37,7 +37,7 @@ def bench_command(
     full: bool = typer.Option(False, "--full", help="larger samples: more repeats, approx-GIP over 1M rows, "
                               "a 100k-document service index"),
     preset: Optional[Preset] = typer.Option(None, "--preset", help="named sizes instead of --quick/--full: gpu is "
-                                            "the GPU machine's run (benchmarks/gpu_run.sh), gpu-rehearsal its CPU "
+                                            "the GPU machine's run (benchmarks/gpu/gpu_run.sh), gpu-rehearsal its CPU "
                                             "rehearsal"),
     out: Optional[Path] = typer.Option(None, "--out", help="JSON results file (default: bench-PRESET.json)"),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="also write the table as Markdown to this file"),
@@ -79,7 +79,7 @@ def bench_command(
     """Run the performance benchmark: memory bandwidth, first stage, rerank, encoders and a live service, side by
     side in one run, with the targets as ratios."""
     if scale:
-        from densehybrid.bench.scale_cli import run_scales
+        from densehybrid.bench.scale.run import run_scales
 
         with quiet_libraries():  # the serving part's client would log every request
             run_scales(scale, scale_dim, scale_fit, scale_queries, out or Path("bench-scale.json"), plot, threads,

@@ -1,5 +1,5 @@
 """Benchmark sizes: ``quick`` (CI, seconds), ``default`` (a few minutes on 2 cores), ``full``, and ``gpu``
-(the GPU machine's run, benchmarks/gpu_run.sh) with ``gpu-rehearsal``, the same steps at CPU sizes."""
+(the GPU machine's run, benchmarks/gpu/gpu_run.sh) with ``gpu-rehearsal``, the same steps at CPU sizes."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from densehybrid.bench import encoder_bench, memory, search_bench, service_bench
+from densehybrid.bench.load import service
+from densehybrid.bench.parts import encoder, memory, search
 from densehybrid.bench.config import BenchConfig
 from densehybrid.bench.targets import check_all
 
@@ -50,9 +51,9 @@ def run(config: BenchConfig) -> dict:
                      "config": config.to_dict(), "device": device, "machine": machine(), "seconds": {}}
     steps = {
         "memory": lambda: memory.run(config),
-        "search": lambda: search_bench.run(config, device, results.get("memory", {})),
-        "encoder": lambda: encoder_bench.run(config, device),
-        "service": lambda: service_bench.run(config, device),
+        "search": lambda: search.run(config, device, results.get("memory", {})),
+        "encoder": lambda: encoder.run(config, device),
+        "service": lambda: service.run(config, device),
     }
     for name in config.sections:
         log.info("benchmark section %s ...", name)

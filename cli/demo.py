@@ -37,7 +37,7 @@ def prepare(directory: Path, passages: int, *, rebuild: bool = False) -> Path:
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.building.build import BuildOptions, build_index
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
 
     for name in (LEXICAL_MODEL, DENSE_MODEL):
         zoo.fetch(name)

@@ -39,7 +39,7 @@ def _code(text: object) -> str:
 # -- the HTTP API, from the OpenAPI document ------------------------------------------------------------------
 def openapi_document() -> dict:
     """The OpenAPI document of an app with default settings (the limits a default server states)."""
-    from densehybrid.bench.hash_encoder import HashEncoder
+    from densehybrid.bench.servers.hash_encoder import HashEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -19,7 +19,7 @@ from densehybrid.encoder.errors import EncoderError
 from densehybrid.index.building import commands
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.errors import IndexAccessError
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 from densehybrid.index.storage.vectors import DTYPES
 
 console = Console()

@@ -25,7 +25,7 @@ from densehybrid.index.search import filters
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexAccessError
 from densehybrid.index.evaluate import EvalInputError
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.fusion import DEFAULT_METHOD, FUSION_METHODS
 from densehybrid.index.building.ray_build import RayBuildError, RayOptions, RayShardEncoder
 from densehybrid.index.search.params import SearchParams
@@ -119,7 +119,7 @@ def _open(index_dir: Optional[Path], milvus_uri: Optional[str], collection: Opti
     if milvus_uri or collection:
         if index_dir is not None or not (milvus_uri and collection):
             fail("give either --index DIR or both --milvus-uri URI and --collection NAME")
-        from densehybrid.index.storage.milvus import open_collection
+        from densehybrid.index.served.milvus import open_collection
 
         return open_collection(milvus_uri, collection)
     if index_dir is None:
@@ -241,7 +241,7 @@ def index_export(
     """Copy an index into Milvus; re-running resumes an interrupted export and never duplicates rows."""
     from tqdm.auto import tqdm
 
-    from densehybrid.index.storage.milvus_export import export_index
+    from densehybrid.index.served.milvus_export import export_index
 
     try:
         index = load_index(index_dir)

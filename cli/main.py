@@ -128,7 +128,7 @@ def encode(
     console.print(summary(enc, encoded, texts, output))
 
 
-# -- loadtest (benchmarks/load.py) --------------------------------------------------
+# -- loadtest (benchmarks/load/loadtest.py) -----------------------------------------
 @app.command("loadtest")
 def loadtest_command(
     url: Optional[str] = typer.Option(None, "--url", help="a running server (default: start a fake-encoder one)"),
@@ -146,7 +146,7 @@ def loadtest_command(
     """Load test on loopback: saturation, p50/p99 at 50% and 90% of it, shedding beyond it, RSS over a soak."""
     import json
 
-    from densehybrid.bench.load import FakeServerConfig, LoadConfig, run_load
+    from densehybrid.bench.load.loadtest import FakeServerConfig, LoadConfig, run_load
 
     from urllib.parse import urlsplit
 

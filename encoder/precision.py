@@ -2,7 +2,7 @@
 
 int8 is admitted for a kind when, on msmarco-dl-5k with the offline models, nDCG@10
 drops by at most 0.005 against float32 and the DLR gates agree on at least 99% of
-entries (``densehybrid.bench.int8_gate`` measures it; docs/precision.md has the table).
+entries (``densehybrid.bench.parts.int8_gate`` measures it; docs/precision.md has the table).
 A kind that was not measured, or failed, is refused with the reason.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from densehybrid.encoder.choices import PRECISIONS
 from densehybrid.encoder.errors import EncoderError
 
-# kind -> what the quality gate measured (docs/precision.md, densehybrid.bench.int8_gate)
+# kind -> what the quality gate measured (docs/precision.md, densehybrid.bench.parts.int8_gate)
 INT8_ADMITTED: dict[str, str] = {
     "cls": "minilm on msmarco-dl-5k: nDCG@10 0.7982 fp32, 0.7946 int8",
     "dlr": "splade-tiny on msmarco-dl-5k: nDCG@10 0.8082 fp32, 0.8099 int8; gates agree on 99.42% of entries",

@@ -203,7 +203,7 @@ def http_error_response(exc: StarletteHTTPException, path: str = "") -> JSONResp
         return service_error_response(InvalidRequest(f"malformed request body: {exc.detail}"), path)
     kinds = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
     body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail), exc.status_code, path)
-    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 def error_response(exc: Exception, path: str = "") -> JSONResponse:

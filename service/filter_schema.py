@@ -3,14 +3,14 @@
 The OpenAPI document then states exactly what fits: each leaf names one of the index's fields and
 takes a value of that field's type (``range`` only on numbers), ``fields`` lists field names, and a
 written document's ``fields`` is an object of those fields. The filter models only state the schema:
-a request's filter is validated once, by ``index.filters.parse`` (which bounds size and depth before
+a request's filter is validated once, by ``index.search.filters.parse`` (which bounds size and depth before
 it recurses, and names an unknown or mistyped field), and the request holds the parsed node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PlainValidator,
                       Strict, StringConstraints, Tag, create_model)
@@ -67,6 +67,7 @@ DESCRIPTION = (
 
 class _Node(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    filter_tag: ClassVar[str | None] = None  # the shape of every filter object of a model: and, or, not, op:field
 
 
 class RangeBounds(_Node):
@@ -89,7 +90,7 @@ def _tag(value) -> str | None:
                 return key
         op = next((key for key in _LEAF_OPS if key in value), None)
         return None if op is None else f"{op}:{value.get('field')}"
-    return getattr(type(value), "filter_tag", None)
+    return value.filter_tag if isinstance(value, _Node) else None
 
 
 def _leaves(name: str, kind: str) -> list[tuple[str, type[BaseModel]]]:
@@ -128,7 +129,7 @@ def _filter_type(field_types: dict[str, str]):
 
 def parsed_filter(field_types: dict[str, str], schema):
     """The ``filter`` type: validated once by the grammar against the index's fields, held as the parsed
-    node (``index.filters``); ``schema`` is what the OpenAPI document shows."""
+    node (``index.search.filters``); ``schema`` is what the OpenAPI document shows."""
     def parse(value):
         if value is None:
             return None

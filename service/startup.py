@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from densehybrid.encoder.base import Encoder
 from densehybrid.index.search.params import SearchParams
@@ -27,6 +27,9 @@ from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.tracing import TracingUnavailable, configure as configure_tracing
 from densehybrid.service.write_pacing import WritePacer
 
+if TYPE_CHECKING:
+    from densehybrid.index.search.served import StoredIndex
+
 log = logging.getLogger(__name__)
 
 WARMUP_QUERY = "what is a dense hybrid retriever"
@@ -38,7 +41,7 @@ class StartupError(RuntimeError):
     """The model or index cannot be served; the message says which and why."""
 
 
-def load_components(settings: ServiceSettings) -> tuple[Encoder, Any]:
+def load_components(settings: ServiceSettings) -> tuple[Encoder, StoredIndex | None]:
     """(encoder, index or None) from the settings; raises :class:`StartupError` with a clear message."""
     if settings.milvus_uri is not None:
         index = _open_collection(settings)
@@ -79,7 +82,7 @@ def check_prompts(settings: ServiceSettings, recorded) -> None:
 
 def _load_index(settings: ServiceSettings):
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
 
     try:
         index = load_index(settings.index)
@@ -91,7 +94,7 @@ def _load_index(settings: ServiceSettings):
 
 def _open_collection(settings: ServiceSettings):
     from densehybrid.index.errors import IndexAccessError
-    from densehybrid.index.storage.milvus import open_collection
+    from densehybrid.index.served.milvus import open_collection
 
     try:
         index = open_collection(settings.milvus_uri, settings.collection, timeout_s=settings.milvus_timeout_s)
@@ -140,7 +143,7 @@ def query_precision(settings: ServiceSettings, index) -> str:
     return settings.precision
 
 
-def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
+def build_runtime(settings: ServiceSettings, encoder: Encoder, index: StoredIndex | None = None, *,
                   metrics: ServiceMetrics | None = None) -> Runtime:
     """The parts that serve ``encoder`` (and ``index``, wrapped as a live index), not started yet."""
     if index is not None:  # also here: tests and tools hand an index in without load_components
@@ -160,7 +163,7 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index=None, *,
     spec = encoder.spec
     metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm,
                            backend=encoder.backend, precision=encoder.precision,
-                           index_precision=getattr(index, "encoded_precision", None) if index is not None else None)
+                           index_precision=index.encoded_precision if index is not None else None)
     compactor = None
     if served is not None:
         metrics.describe_index(served.count, spec.dim)

@@ -80,7 +80,7 @@ def toy_index(tmp_path_factory):
     """``toy_index(kind="dhr", count=80, lam=1.0)``: the directory of a small FakeEncoder index of the
     bench's toy corpus, built once per session for each argument set. Shared: serve or search it, never
     write to it (a test that writes builds its own with ``build_toy_index``)."""
-    from densehybrid.bench.toy_index import build_toy_index
+    from densehybrid.bench.servers.toy_index import build_toy_index
     from support.fake_encoder import FakeEncoder
 
     built = {}

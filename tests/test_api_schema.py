@@ -11,10 +11,10 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 from support.fake_encoder import FakeEncoder
 

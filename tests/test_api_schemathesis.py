@@ -12,9 +12,9 @@ import pytest
 
 from support.fake_encoder import FakeEncoder
 from support.schemathesis_run import all_operations_tested, run_schemathesis
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

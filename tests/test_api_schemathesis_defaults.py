@@ -15,9 +15,9 @@ import pytest
 
 from support.fake_encoder import FakeEncoder
 from support.schemathesis_run import all_operations_tested, run_schemathesis
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.params import SearchParams
 from densehybrid.service.search_batcher import SearchBatcher
-from densehybrid.bench.toy_index import TOPICS
+from densehybrid.bench.servers.toy_index import TOPICS
 
 from support.fake_encoder import FakeEncoder
 

@@ -147,7 +147,7 @@ def test_python_m_bench_is_the_same_command():
 
 
 def test_client_processes_are_summed_over_their_common_wall_time():
-    from densehybrid.bench.http_load import Samples, summary
+    from densehybrid.bench.load.client import Samples, summary
 
     first = Samples([1.0, 2.0, 3.0], [0.5] * 3, [0.1] * 3, began=100.0, ended=101.0)
     second = Samples([4.0, 5.0], [0.7] * 2, [0.2] * 2, began=100.5, ended=102.0)

@@ -1,8 +1,8 @@
-"""The fast paths this issue added, against brute-force numpy on seeded data.
+"""The fast paths of the encoder and the rerank, against brute-force numpy on seeded data.
 
 - ``representations.term_weighted_mlm``: the logsumexp/running-max form, including rows
   whose term weights are all negative, zero weights, and a row with no real token;
-- ``index.gip.score_rows``: both the sparse-query branch (only non-zero gated dims
+- ``index.search.gip.score_rows``: both the sparse-query branch (only non-zero gated dims
   gathered) and the dense-query branch (whole rows masked in place), several blocks.
 """
 
@@ -84,7 +84,7 @@ def test_score_rows_both_branches_match_numpy(query, monkeypatch):
 
 
 def test_first_stage_parts_time_every_part_on_the_cpu():
-    from densehybrid.bench.first_stage_parts import parts
+    from densehybrid.bench.parts.first_stage import parts
 
     result = parts(torch.device("cpu"), 3000)
     assert result["rows"] == 3000 and result["share_of_search"]["search"] == 1.0

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench import pyserini_layout, scale_serve, scale_vectors
-from densehybrid.bench.scale import exhaustive_top
+from densehybrid.bench.scale import pyserini_layout, serve as scale_serve, vectors as scale_vectors
+from densehybrid.bench.scale.search import exhaustive_top
 from densehybrid.cli.main import app
 from densehybrid.index.building.importing import read_pyserini
 from densehybrid.index.engines.hnsw_engine import HNSWConfig

@@ -16,7 +16,7 @@ from support.index_files import index_files
 from densehybrid.index.building import shards
 from densehybrid.index.building.build import BuildOptions, build_index, build_state, encode_passages, read_corpus
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.toy_index import build_toy_index, write_toy_corpus
+from densehybrid.bench.servers.toy_index import build_toy_index, write_toy_corpus
 from densehybrid.cli.main import app
 from densehybrid.service import startup
 from densehybrid.service.startup import StartupError, load_components

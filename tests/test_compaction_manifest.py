@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from densehybrid.bench.hash_encoder import HashEncoder
-from densehybrid.bench.toy_index import write_toy_corpus
+from densehybrid.bench.servers.hash_encoder import HashEncoder
+from densehybrid.bench.servers.toy_index import write_toy_corpus
 from densehybrid.index.storage import files
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 
 
 def test_a_fold_keeps_the_builders_manifest_entries(tmp_path):

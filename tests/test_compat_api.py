@@ -13,8 +13,8 @@ import torch
 from huggingface_hub import InferenceClient
 from langchain_openai import OpenAIEmbeddings
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.index.storage.files import load_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

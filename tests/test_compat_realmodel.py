@@ -7,7 +7,7 @@ import openai
 import pytest
 import torch
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.encoder.loading import load_encoder
 from densehybrid.encoder.representations import densify
 from densehybrid.service.app import create_app

@@ -320,7 +320,7 @@ def test_dashboard_structure():
     assert provider["providers"][0]["options"]["path"] in mounted
 
 
-def test_dashboard_covers_the_issue():
+def test_dashboard_covers_every_stage_and_the_queue():
     """Rates, error ratio, p50/p95/p99 of the five stages, batch sizes, queue, rejections, index, model."""
     exprs = "\n".join(dashboard_queries(json.loads(DASHBOARD.read_text())))
     assert "rate(densehybrid_requests_total" in exprs and 'status=~"5.."' in exprs
@@ -388,8 +388,8 @@ def live_exposition(tmp_path_factory) -> str:
     import httpx
 
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.bench.servers.start import LiveServer
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from support.deploy_tools import require_tool
 
-from densehybrid.bench.servers import free_port
+from densehybrid.bench.servers.start import free_port
 
 pytestmark = pytest.mark.slow  # nginx in front of live replicas
 
@@ -92,7 +92,7 @@ def test_nginx_spreads_over_replicas_and_skips_a_dead_one(tmp_path):
     from support.fake_encoder import FakeEncoder
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.start import LiveServer
 
     replica_port, listen_port = free_port(*REPLICA_HOSTS), free_port("127.0.0.1")
     replicas = [LiveServer(create_app(ServiceSettings(model="fake", log_json=False), encoder=FakeEncoder("cls")),

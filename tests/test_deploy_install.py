@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.bench.servers import free_port
+from densehybrid.bench.servers.start import free_port
 from densehybrid.encoder import zoo
 
 REPO = Path(__file__).resolve().parents[1]

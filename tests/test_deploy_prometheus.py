@@ -21,7 +21,7 @@ import pytest
 import yaml
 from support.deploy_tools import require_tool
 
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers.start import free_port, stop_process
 
 pytestmark = pytest.mark.slow  # a real Prometheus scraping a live server
 
@@ -93,8 +93,8 @@ def make_traffic(url: str) -> None:
 def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
     binary = require_tool("prometheus", prometheus_binary())
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.bench.servers.start import LiveServer
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer, free_port
+from densehybrid.bench.servers.start import LiveServer, free_port
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -172,7 +172,7 @@ def test_nginx_passes_429_and_503_through_once_with_retry_after(tmp_path):
     """Shedding replicas: every 429 and 503 reaches the client as it is, and no replica sees a retry."""
     nginx = _nginx()
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

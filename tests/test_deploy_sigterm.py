@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers.start import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.realmodel

@@ -10,7 +10,7 @@ from densehybrid.index.building.build import build_from_arrays, encode_passages
 from densehybrid.index.errors import IndexLoadError
 from densehybrid.index.storage import doc_ids, files
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 from densehybrid.index.writes import compaction
 from densehybrid.index.writes.delta import Delta, delete
 from support.fake_encoder import FakeEncoder

@@ -90,11 +90,11 @@ def test_a_snippet_marked_not_runnable_says_why(snippet):
 # -- the live demo-like server ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def demo_server(tmp_path_factory):
-    from densehybrid.bench.hash_encoder import HashEncoder
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.hash_encoder import HashEncoder
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.cli.demo_corpus import FIELDS, write_stdlib_corpus
     from densehybrid.index.building.build import BuildOptions, build_index
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

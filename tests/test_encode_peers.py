@@ -6,11 +6,12 @@ import httpx
 import pytest
 from support.deploy_tools import require_tool
 
-from densehybrid.bench import encode_peers
-from densehybrid.bench.encode_peers import (densehybrid_request, median_round, parse_wrk_output, print_table, run_wrk,
-                                            summarize, workload_texts)
-from densehybrid.bench.servers import LiveServer
-from densehybrid.index.storage.files import load_index
+from densehybrid.bench.load import wrk
+from densehybrid.bench.load.wrk import parse_wrk_output, run_wrk, summarize
+from densehybrid.bench.load.workloads import densehybrid_request, workload_texts
+from densehybrid.bench.peers.encode import median_round, print_table
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 
@@ -55,7 +56,7 @@ def test_a_run_without_the_result_line_is_an_error():
 
 
 def test_a_missing_wrk_names_its_install(monkeypatch):
-    monkeypatch.setattr(encode_peers.shutil, "which", lambda name: None)
+    monkeypatch.setattr(wrk.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match="apt-get install wrk"):
         run_wrk("http://127.0.0.1:1", "/encode", [{}], clients=1, duration_s=1)
 

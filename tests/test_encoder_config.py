@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from support.fake_encoder import FakeEncoder
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.encoder.loading import load_encoder, save_encoder
 from densehybrid.service import startup
@@ -55,7 +55,7 @@ def test_the_service_rebuilds_the_index_encoder_then_applies_the_settings(tiny_b
     seen = []
     monkeypatch.setattr("densehybrid.encoder.loading.load_encoder",
                         lambda config, **kw: seen.append((config, kw)) or FakeEncoder("dhr"))
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
 
     startup._load_encoder(ServiceSettings(index=index_dir, lam=0.5, backend="torch", device="cpu"),
                           load_index(index_dir))

@@ -182,7 +182,7 @@ def test_mlm_batches_are_chunked_to_bound_memory(tiny_bert_dir):
     """A batch of 150-token passages never meets the MLM head at once (logits stay <= budget x V)."""
     encoder = load_encoder(str(tiny_bert_dir), kind="dhr", max_passage_length=150)
     assert encoder.token_budget * V * 4 <= 64 * 2**20  # one float32 logits tensor <= 64 MB
-    plan = length_chunks([150] * 128, encoder.token_budget)  # the 128 x 150 batch of the issue
+    plan = length_chunks([150] * 128, encoder.token_budget)  # a batch of 128 passages of 150 tokens
     assert len(plan) > 1 and max(len(c) for c in plan) * 150 <= encoder.token_budget
     shapes = []
     hook = encoder.backbone.models["passage"].register_forward_hook(

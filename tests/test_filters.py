@@ -14,7 +14,7 @@ from densehybrid.index.search import filters, fusion, gip
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.storage.payload import Payload, PayloadError, load_payload
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.params import SearchParams

@@ -6,7 +6,7 @@ import pytest
 
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.search import filters
-from densehybrid.index.storage import milvus, milvus_export
+from densehybrid.index.served import milvus, milvus_export
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.params import SearchParams
 from test_filters import N, SELECTIVITIES, brute_force, synthetic_index

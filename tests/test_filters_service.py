@@ -6,10 +6,10 @@ import json
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.search import filters
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
@@ -191,7 +191,7 @@ def test_the_openapi_document_shows_the_grammar_with_examples(client):
 
 
 def test_filter_bench_reports_each_selectivity_against_unfiltered():
-    from densehybrid.bench import filter_bench
+    from densehybrid.bench.parts import filters as filter_bench
 
     report = filter_bench.run(rows=1000, requests=2)
     shares = {"unfiltered", *filter_bench.SELECTIVITIES}

@@ -7,7 +7,7 @@ import pytest
 from densehybrid.index.building.build import build_from_arrays, encode_passages, passage_text
 from densehybrid.index.storage.documents import Document, DocTable, write_docs, write_docs_folded
 from densehybrid.index.storage import files
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.storage.payload_fold import folded_payload
 from densehybrid.index.writes import compaction

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from densehybrid.index.building.build import build_from_arrays, encode_passages
+from densehybrid.index.served import loading
 from densehybrid.index.storage import documents, files
 from densehybrid.index.storage.documents import Document, DocTable, write_docs, write_docs_folded
 from densehybrid.index.storage.streams import HashingWriter, row_blocks
@@ -103,7 +104,7 @@ def test_the_document_table_folds_range_by_range(tmp_path, monkeypatch):
 def index_with_writes(tmp_path, n=30):
     encoder = FakeEncoder("dhr")
     docs = [Document(f"b{i}", "", f"alpha beta {i}") for i in range(n)]
-    base = files.load_index(build_from_arrays(tmp_path / "index", encoder.spec,
+    base = loading.load_index(build_from_arrays(tmp_path / "index", encoder.spec,
                                               encode_passages(encoder, [d.text for d in docs], 16), docs))
     added = [Document("new", "", "gamma delta")]
     encoded = encode_passages(encoder, [d.text for d in added], 16)
@@ -114,10 +115,10 @@ def test_a_paced_fold_publishes_a_generation_whose_manifest_hashes_verify(tmp_pa
     base, delta = index_with_writes(tmp_path)
     slept = []
     out = compaction.fold(base, delta, tmp_path / "index", applied_seq=2, pacer=FoldPacer(0.5, sleep=slept.append))
-    manifest = files.verify_index(out)
+    manifest = loading.verify_index(out)
     assert {name: meta["sha256"] for name, meta in manifest["files"].items()} == \
            {p.name: sha256_of(p) for p in out.iterdir() if p.name != files.MANIFEST}
-    assert files.load_index(out).count == 30 and slept  # it paused
+    assert loading.load_index(out).count == 30 and slept  # it paused
 
 
 class Stopped(Exception):
@@ -134,8 +135,8 @@ def test_a_fold_stopped_mid_copy_leaves_the_old_generation(tmp_path):
     with pytest.raises(Stopped):
         compaction.fold(base, delta, tmp_path / "index", applied_seq=2, pacer=FoldPacer(0.5, sleep=stop))
     assert {p.name: p.read_bytes() for p in (tmp_path / "index").iterdir()} == before
-    files.verify_index(tmp_path / "index")
-    folded = files.load_index(compaction.fold(files.load_index(tmp_path / "index"), delta, tmp_path / "index",
+    loading.verify_index(tmp_path / "index")
+    folded = loading.load_index(compaction.fold(loading.load_index(tmp_path / "index"), delta, tmp_path / "index",
                                               applied_seq=2))  # the next fold clears the unfinished one
     assert folded.count == 30 and folded.row_of("new") == 29 and folded.row_of("b3") is None
     assert not compaction.shards.work_dir(tmp_path / "index").exists()

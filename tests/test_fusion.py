@@ -264,7 +264,7 @@ def test_cli_build_records_the_method_and_eval_prints_each_part_beside_the_fusio
 
     from densehybrid.cli.main import app
     from densehybrid.index.building.build import read_corpus
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from test_build import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", 30)
@@ -327,8 +327,8 @@ def test_live_server_search_picks_the_fusion_method_per_request(toy_index):
     import httpx
 
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.bench.servers.start import LiveServer
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -8,14 +8,14 @@ import httpx
 import numpy as np
 import pytest
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building import fusion_auto, mix_choice
 from densehybrid.index.building.build import BuildOptions, build_from_arrays, build_index
 from densehybrid.index.search import fusion
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta, upsert
 from densehybrid.index.writes.merged import merged_search

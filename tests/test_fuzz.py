@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 from support.fake_encoder import FakeEncoder
 

@@ -38,7 +38,7 @@ def test_every_kind_on_cuda_matches_the_cpu_reference(tiny_bert_dir, kind):
 
 def test_real_model_top10_on_cuda_equals_cpu(splade_tiny_dir, tmp_path):
     from densehybrid.index.building.build import BuildOptions, build_index
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.index.search.searcher import Searcher
 
     corpus = tmp_path / "corpus.jsonl"
@@ -61,9 +61,9 @@ def test_real_model_top10_on_cuda_equals_cpu(splade_tiny_dir, tmp_path):
 
 def test_search_end_to_end_on_cuda(tmp_path):
     from support.fake_encoder import FakeEncoder
-    from densehybrid.bench.servers import LiveServer
-    from densehybrid.bench.toy_index import build_toy_index
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.bench.servers.start import LiveServer
+    from densehybrid.bench.servers.toy_index import build_toy_index
+    from densehybrid.index.served.loading import load_index
     from densehybrid.service.app import create_app
     from densehybrid.service.settings import ServiceSettings
 

@@ -1,4 +1,4 @@
-"""The GPU machine's one-command run (benchmarks/gpu_run.sh), rehearsed on the CPU at tiny sizes, so that the
+"""The GPU machine's one-command run (benchmarks/gpu/gpu_run.sh), rehearsed on the CPU at tiny sizes, so that the
 script is known to work before a GPU is lent: its time there is short and counted from the cold start."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from densehybrid.bench.gpu_results import device_name, main
+from densehybrid.bench.gpu.results import device_name, main
 from densehybrid.cli.demo_corpus import write_stdlib_corpus
 from densehybrid.bench.targets import GPU_TARGETS
 
@@ -34,7 +34,7 @@ def test_the_rehearsal_runs_every_step_and_checks_every_gpu_target(tmp_path):
     for name in ("packages", "msmarco"):
         (data / f"{name}.jsonl.gz").write_bytes(gzip.compress((tmp_path / "corpus.jsonl").read_bytes()))
     env = {**os.environ, "DENSEHYBRID_GPU_REHEARSAL": "1", "DENSEHYBRID_GPU_DATA": str(data), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    run = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_run.sh"), str(tmp_path)], cwd=REPO, env=env,
+    run = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu" / "gpu_run.sh"), str(tmp_path)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert re.search(r"^\d+ (passed|skipped)", (tmp_path / "pytest-gpu.log").read_text().splitlines()[-1])
@@ -65,11 +65,11 @@ def test_steps_outside_the_benchmark_alone_still_give_a_results_file(tmp_path):
 
 
 def test_rows_drawn_on_a_device_are_written_as_an_index_holding_exactly_them(tmp_path):
-    from densehybrid.bench.gpu_scale import rows_that_fit, write_index
-    from densehybrid.bench.scale_vectors import clustered_chunks_on
+    from densehybrid.bench.scale.gpu import rows_that_fit, write_index
+    from densehybrid.bench.scale.vectors import clustered_chunks_on
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.encoder.random_checkpoint import write_random_checkpoint
-    from densehybrid.index.storage.files import load_index, verify_index
+    from densehybrid.index.served.loading import load_index, verify_index
 
     spec = load_encoder(str(write_random_checkpoint(tmp_path / "model", "tiny")), kind="aggretriever", device="cpu").spec
     assert rows_that_fit(3_000, spec.dim, "cpu") == 3_000

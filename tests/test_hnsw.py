@@ -15,7 +15,7 @@ from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 
 SMALL = HNSWConfig(m=16, ef_construction=64, ef_search=128, train_size=2000)
 

@@ -13,7 +13,7 @@ from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta, delete, upsert
 from test_hnsw import brute_topk, clustered, make_index, recall

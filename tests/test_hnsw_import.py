@@ -14,7 +14,7 @@ from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import ANN_FILE, HNSWConfig, HnswStore
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 from test_hnsw import make_index
 from test_import_pyserini import COUNT, write_pyserini
 

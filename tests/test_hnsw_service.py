@@ -6,12 +6,12 @@ import json
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

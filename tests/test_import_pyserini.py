@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from support.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.cli.main import app
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
 from densehybrid.index.errors import IndexWriteError
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -11,7 +11,7 @@ from densehybrid.encoder.base import Encoded
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.storage import files
 from densehybrid.index.storage.documents import Document, write_docs
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 
 
 def write_format_1(directory, count=120, seed=5):

@@ -9,7 +9,7 @@ from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index.building import commands
 from densehybrid.index.search import gip
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.params import SearchParams
 

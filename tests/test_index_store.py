@@ -15,7 +15,7 @@ from densehybrid.index.storage import durable, files
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
 from densehybrid.index.storage.compatibility import check_compatible
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 
 from support.fake_encoder import FakeEncoder
 

@@ -16,7 +16,7 @@ from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index, verify_index
+from densehybrid.index.served.loading import load_index, verify_index
 from test_hnsw import brute_topk, clustered, make_index, recall
 from test_import_pyserini import write_pyserini
 

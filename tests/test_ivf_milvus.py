@@ -15,8 +15,8 @@ from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.engines.milvus_engine import vector_index
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage import milvus, milvus_export
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served import milvus, milvus_export
+from densehybrid.index.served.loading import load_index
 
 from support.milvus_lite import stop_lite_servers  # noqa: F401 - a module fixture, used by being imported
 from support.fake_encoder import FakeEncoder

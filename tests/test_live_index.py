@@ -7,7 +7,7 @@ import pytest
 from densehybrid.index.writes import wal
 from densehybrid.index.building.build import build_from_arrays, encode_passages, passage_text
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.writes.live import LiveIndex, UnknownDocument
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.params import SearchParams

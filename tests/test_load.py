@@ -1,15 +1,15 @@
 """The load test in its short form (the 10-minute soak: ``densehybrid loadtest --soak-s 600``).
 
 A server process on loopback with a forward of 40 ms + 10 ms per text (batches of up to 4, a queue of
-32 texts), driven by benchmarks/load.py: below saturation everything is answered; beyond it the
+32 texts), driven by benchmarks/load/loadtest.py: below saturation everything is answered; beyond it the
 excess is shed with 429 + Retry-After while the queue stays at its bound and nothing times out; RSS
 stays flat over the soak.
 """
 
 import pytest
 
-from densehybrid.bench.load import FakeServerConfig, LoadConfig, run_load
-from densehybrid.bench.server_probe import rss_drift, server_quantiles
+from densehybrid.bench.load.loadtest import FakeServerConfig, LoadConfig, run_load
+from densehybrid.bench.load.probe import rss_drift, server_quantiles
 from densehybrid.bench.timing import percentile, summarize
 
 SERVER = FakeServerConfig()

@@ -48,7 +48,7 @@ _CHILD = textwrap.dedent("""
     import numpy as np
     from densehybrid.encoder.base import Encoded
     from densehybrid.index.search.params import SearchParams
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
 
     def status():
         fields = dict(line.split(":", 1) for line in open("/proc/self/status"))

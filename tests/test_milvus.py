@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench.servers import LiveServer, free_port
+from densehybrid.bench.servers.start import LiveServer, free_port
 from densehybrid.cli.main import app
 from densehybrid.index import errors
 from densehybrid.index.search import gip
-from densehybrid.index.storage import milvus, milvus_export
+from densehybrid.index.served import milvus, milvus_export
 from densehybrid.index.engines.milvus_engine import rerank_fetched
 from densehybrid.index.errors import IndexLoadError, IndexMismatchError
 from densehybrid.index.storage.compatibility import check_compatible
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings

@@ -12,7 +12,8 @@ from densehybrid.index.building import commands
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexMismatchError
 from densehybrid.index.storage.compatibility import check_compatible
-from densehybrid.index.storage.files import MANIFEST, load_index
+from densehybrid.index.storage.files import MANIFEST
+from densehybrid.index.served.loading import load_index
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ from densehybrid.encoder.loading import load_encoder
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 TEXTS = ["what is a dense retriever", "gated inner products over densified lexical vectors"]
 

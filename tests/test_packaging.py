@@ -37,7 +37,7 @@ def test_wheel_ships_no_test_doubles(wheel):
     """The fakes live in tests/support; the load benchmarks serve the weightless HashEncoder instead."""
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if "fake" in n or "/support/" in n or "/tests/" in n]
-    assert "densehybrid/bench/hash_encoder.py" in names
+    assert "densehybrid/bench/servers/hash_encoder.py" in names
 
 
 def test_import_layers_hold_on_the_installed_wheel(wheel, tmp_path):
@@ -49,7 +49,7 @@ def test_import_layers_hold_on_the_installed_wheel(wheel, tmp_path):
     result = subprocess.run([lint, "--config", str(REPO / "pyproject.toml")], cwd=tmp_path, capture_output=True,
                             text=True, env={**os.environ, "PYTHONPATH": str(site)})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 kept, 0 broken" in result.stdout
+    assert "2 kept, 0 broken" in result.stdout
 
 
 def fake_installed(*present: str):
@@ -126,13 +126,13 @@ def test_installed_wheel_serves_the_search_page_and_docs_assets(wheel, tmp_path)
 
 
 def test_installed_wheel_ships_the_wrk_script_of_the_peer_benchmark(wheel, tmp_path):
-    """encode_peers finds wrk_closed_loop.lua as package data of densehybrid.bench, not in the checkout."""
-    assert "densehybrid/bench/wrk_closed_loop.lua" in zipfile.ZipFile(wheel).namelist()
+    """The wrk driver finds wrk_closed_loop.lua as package data of densehybrid.bench.load, not in the checkout."""
+    assert "densehybrid/bench/load/wrk_closed_loop.lua" in zipfile.ZipFile(wheel).namelist()
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     probe = ("from importlib import resources\n"
-             "from densehybrid.bench import encode_peers\n"
-             "script = resources.files('densehybrid.bench') / encode_peers.WRK_SCRIPT\n"
+             "from densehybrid.bench.load import wrk\n"
+             "script = resources.files('densehybrid.bench.load') / wrk.WRK_SCRIPT\n"
              f"assert str(script).startswith({str(site)!r}), script\n"
              "assert 'function done(' in script.read_text()\n")
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,

@@ -8,7 +8,7 @@ from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index.building import build
 from densehybrid.index.search import fusion, gip
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.writes.live import LiveIndex
 from densehybrid.index.search.searcher import TIE_PROBE, Searcher, SearchError
 from densehybrid.index.search.params import SearchParams
@@ -205,7 +205,7 @@ def test_live_writes_page_with_base_rows_before_equal_added_rows(tmp_path):
 
 @pytest.mark.slow  # Milvus Lite: a store process per database file
 def test_milvus_pages_equal_the_local_index(tmp_path):
-    from densehybrid.index.storage import milvus, milvus_export
+    from densehybrid.index.served import milvus, milvus_export
 
     index = tied_index(tmp_path, "fusion")
     uri = str(tmp_path / "lite.db")

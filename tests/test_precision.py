@@ -17,11 +17,11 @@ from densehybrid.encoder.loading import load_encoder
 from densehybrid.encoder.precision import INT8_ADMITTED, PrecisionError, check_precision
 from densehybrid.encoder.random_checkpoint import write_random_checkpoint
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.startup import StartupError, load_components, query_precision
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 TEXTS = ["what is a dense retriever", "gated inner products over densified lexical vectors",
          "photosynthesis converts light energy into chemical energy stored in glucose", "hi"]
@@ -156,7 +156,7 @@ def test_index_build_flags_take_precision_and_backend(tiny_dir, cache, tmp_path)
 
 
 def test_gate_agreement_against_a_count_entry_by_entry():
-    from densehybrid.bench.int8_gate import gate_agreement
+    from densehybrid.bench.parts.int8_gate import gate_agreement
 
     rng = np.random.default_rng(0)
     va, vb = rng.random((20, 12)) * (rng.random((20, 12)) < 0.3), rng.random((20, 12)) * (rng.random((20, 12)) < 0.3)

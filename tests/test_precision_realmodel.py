@@ -2,7 +2,7 @@
 
 Stated bound: cosine of int8 to float32 passage vectors >= 0.97 (the quality gate measured a minimum of
 0.977 and a mean of 0.995 over the 5,000 passages of msmarco-dl-5k; docs/precision.md). The gate itself
-(four 5k-passage builds) takes far longer than a test: ``python -m densehybrid.bench.int8_gate``.
+(four 5k-passage builds) takes far longer than a test: ``python -m densehybrid.bench.parts.int8_gate``.
 """
 
 import json
@@ -34,7 +34,7 @@ def test_minilm_int8_passages_stay_close_to_float32(minilm_dir):
 def test_the_int8_gate_compares_both_precisions_on_a_judged_subset(tmp_path):
     """The gate end to end on splade-tiny over the first 40 judgements of three queries: both indexes built and
     evaluated, and a row whose figures are measured, not defaults."""
-    from densehybrid.bench.int8_gate import compare
+    from densehybrid.bench.parts.int8_gate import compare
 
     if not (DATA / "corpus.jsonl").is_file():
         pytest.skip(f"{DATA} (the real evaluation set) is not on this machine")

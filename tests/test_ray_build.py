@@ -20,7 +20,7 @@ ray = pytest.importorskip("ray", reason="Ray Data is the optional [ray] extra: p
 from densehybrid.encoder.config import EncoderConfig  # noqa: E402
 from densehybrid.encoder.loading import load_encoder  # noqa: E402
 from densehybrid.index.building.build import BuildOptions, build_index, encode_passages, passage_text, read_corpus  # noqa: E402
-from densehybrid.index.storage.files import load_index  # noqa: E402
+from densehybrid.index.served.loading import load_index  # noqa: E402
 from densehybrid.index.building.ray_build import RayOptions, RayShardEncoder  # noqa: E402
 from densehybrid.index.search.searcher import Searcher  # noqa: E402
 from densehybrid.index.search.params import SearchParams

@@ -34,7 +34,7 @@ def test_the_readme_sample_parses_and_uses_the_documented_request():
 
 @pytest.mark.slow  # builds the demo's 2000-passage fusion index with the real offline models
 def test_the_readme_sample_is_what_the_demo_index_answers(tmp_path_factory, splade_tiny_dir, minilm_dir):
-    from densehybrid.bench.servers import LiveServer
+    from densehybrid.bench.servers.start import LiveServer
     from densehybrid.service.app import create_app
     from densehybrid.service.startup import load_components
     from densehybrid.service.settings import ServiceSettings

@@ -19,7 +19,7 @@ from support.index_files import index_files
 from densehybrid.index.building import shards
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.errors import IndexLoadError, IndexWriteError
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 
 from support.fake_encoder import FakeEncoder
 

@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("route,body", [("/encode", {"texts": ["gone before encoding"]}),
                                         ("/search", {"query": "gone before encoding"})])
 def test_disconnected_clients_leave_nothing_queued_and_nothing_encoded(route, body, toy_index):
-    from densehybrid.bench.servers import LiveServer
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.bench.servers.start import LiveServer
+    from densehybrid.index.served.loading import load_index
 
     encoder = FakeEncoder("dhr", delay_s=2.5)
     index = load_index(toy_index("dhr", count=20))
@@ -80,7 +80,7 @@ def served_index(tmp_path_factory, tiny_bert_dir):
     """A small index of a real (tiny, random) model, built through the CLI like a user would."""
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.building.build import BuildOptions, build_index
-    from densehybrid.bench.toy_index import write_toy_corpus
+    from densehybrid.bench.servers.toy_index import write_toy_corpus
 
     root = tmp_path_factory.mktemp("served")
     encoder = load_encoder(str(tiny_bert_dir), kind="dhr", device="cpu")

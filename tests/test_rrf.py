@@ -176,7 +176,7 @@ def real_fusion_index(tmp_path_factory, splade_tiny_dir, minilm_dir):
     from densehybrid.encoder.loading import load_encoder
     from densehybrid.index.building.build import build_from_arrays, encode_passages
     from densehybrid.index.storage.documents import Document
-    from densehybrid.index.storage.files import load_index
+    from densehybrid.index.served.loading import load_index
     from test_index_models import PASSAGES
 
     encoder = load_encoder("splade-tiny", kind="fusion", dense_model="minilm", lam=20.0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from densehybrid.bench import scale_vectors
+from densehybrid.bench.scale import vectors as scale_vectors
 from densehybrid.cli.main import app
 
 TRUE_MEANS = np.array([[6.0, 0, 0, 0, 0], [0, 6.0, 0, 0, 0], [0, 0, -6.0, 1.0, 0]])

@@ -9,7 +9,7 @@ from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexMismatchError
 from densehybrid.index.search.explain import explain
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher, SearchError
 from densehybrid.index.search.params import SearchParams
 from test_gip import numpy_gip, numpy_topk, random_rows

@@ -19,10 +19,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index, write_toy_corpus
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index, write_toy_corpus
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.page import highlight, shares
 from densehybrid.service.settings import ServiceSettings

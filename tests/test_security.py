@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 from support.fake_encoder import FakeEncoder
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from densehybrid.bench.servers import free_port, stop_process
+from densehybrid.bench.servers.start import free_port, stop_process
 
 TEXTS = ["what is a gated inner product", "Faiss keeps the first stage on one GPU"]
 

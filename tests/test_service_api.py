@@ -7,12 +7,12 @@ import httpx
 import numpy as np
 import pytest
 
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.responses import EncodeResponse, SearchResponse
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.search.params import SearchParams
 
 from support.fake_encoder import FakeEncoder

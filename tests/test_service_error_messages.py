@@ -5,8 +5,8 @@ import json
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.index.storage.files import load_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -8,8 +8,8 @@ import gc
 import httpx
 import pytest
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.index.storage.files import load_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.index.served.loading import load_index
 from densehybrid.service import serve as serve_module
 from densehybrid.service.app import create_app
 from densehybrid.service.pipeline import INLINE_TOKENIZE_CHARS

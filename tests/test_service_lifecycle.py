@@ -16,8 +16,8 @@ from densehybrid.index.storage.vectors import VECTORS
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import StartupError, load_components
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer, free_port, stop_process, wait_for_process_ready
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer, free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.servers.toy_index import build_toy_index
 
 import support
 from support.fake_encoder import FakeEncoder

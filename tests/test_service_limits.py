@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.index.search.explain import explain
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.metrics import DURATION_BUCKETS, duration_buckets
 from densehybrid.service.serve import settings_from

@@ -11,10 +11,10 @@ import pytest
 from starlette.requests import Request
 
 from support.fake_encoder import FakeEncoder
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.index.search.params import SearchParams
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service import startup
 from densehybrid.service.app import create_app
 from densehybrid.service.batcher import Batcher

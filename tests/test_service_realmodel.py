@@ -9,8 +9,8 @@ from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.startup import load_components
 from densehybrid.service.settings import ServiceSettings
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import build_toy_index
 from densehybrid.index.search.params import SearchParams
 
 pytestmark = pytest.mark.realmodel

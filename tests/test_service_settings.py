@@ -11,7 +11,7 @@ from densehybrid.service.app import create_app
 from densehybrid.service.logging import JsonFormatter
 from densehybrid.service.serve import settings_from
 from densehybrid.service.settings import ServiceSettings, log_effective
-from densehybrid.bench.servers import LiveServer
+from densehybrid.bench.servers.start import LiveServer
 
 from support.fake_encoder import FakeEncoder
 

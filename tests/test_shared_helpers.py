@@ -63,7 +63,7 @@ def test_waiting_for_a_server_that_exits_says_so_with_its_stderr():
     import subprocess
     import sys
 
-    from densehybrid.bench.servers import ServerNotReady, free_port, wait_for_process_ready
+    from densehybrid.bench.servers.start import ServerNotReady, free_port, wait_for_process_ready
 
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit('no index here')"], stderr=subprocess.PIPE)
     with pytest.raises(ServerNotReady, match=r"exited with 1 before .*answered:\nno index here"):
@@ -74,7 +74,7 @@ def test_waiting_for_a_server_that_never_answers_stops_it():
     import subprocess
     import sys
 
-    from densehybrid.bench.servers import ServerNotReady, free_port, wait_for_process_ready
+    from densehybrid.bench.servers.start import ServerNotReady, free_port, wait_for_process_ready
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     with pytest.raises(ServerNotReady, match="did not answer 200 within 0.5 s"):

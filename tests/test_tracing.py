@@ -11,8 +11,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.index.storage.files import load_index
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from densehybrid.service.startup import StartupError, build_runtime
@@ -158,7 +158,7 @@ import json
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from fastapi.testclient import TestClient
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 from support.fake_encoder import FakeEncoder

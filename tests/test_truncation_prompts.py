@@ -14,12 +14,12 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
-from densehybrid.bench.servers import LiveServer
-from densehybrid.bench.toy_index import write_toy_corpus
+from densehybrid.bench.servers.start import LiveServer
+from densehybrid.bench.servers.toy_index import write_toy_corpus
 from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.encoder.tokenization import RoleTokenizer
 from densehybrid.index.building.build import BuildOptions, build_index, build_state, passage_text, read_corpus
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings

@@ -28,7 +28,7 @@ from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service import startup
 from densehybrid.service.settings import ServiceSettings
 

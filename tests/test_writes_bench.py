@@ -2,7 +2,7 @@
 
 import pytest
 
-from densehybrid.bench import write_load
+from densehybrid.bench.load import writes as write_load
 
 
 @pytest.mark.slow

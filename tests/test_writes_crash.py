@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from densehybrid.bench.servers import free_port, stop_process, wait_for_process_ready
-from densehybrid.bench.toy_index import build_toy_index
+from densehybrid.bench.servers.start import free_port, stop_process, wait_for_process_ready
+from densehybrid.bench.servers.toy_index import build_toy_index
 
 from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until

@@ -7,7 +7,7 @@ import sys
 
 import uvicorn
 
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
 from densehybrid.service.settings import ServiceSettings
 

@@ -17,7 +17,7 @@ from densehybrid.encoder.batches import encode_in_batches
 from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
 from densehybrid.index.storage.compatibility import check_compatible
-from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.served.local import IndexFiles
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.mix import resolve_method
 from densehybrid.index.search.searcher import Searcher, SearchResults

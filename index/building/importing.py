@@ -32,6 +32,7 @@ from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage
                                                    write_vectors_and_first_stage)
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
+from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
 from densehybrid.index.storage.documents import Document, write_docs_at
 from densehybrid.index.storage.payload import Payload
@@ -198,7 +199,7 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
             extra |= payload.write(staged)
         files.write_manifest(staged, name=options.name or out.name, spec=spec, count=len(source.doc_ids), lam=spec.lam,
                              first_stage=first_stage, values_dtype=options.values_dtype, extra=extra)
-        files.load_index(staged)  # the published index opens, or nothing is published
+        loading.load_index(staged)  # the published index opens, or nothing is published
         durable.publish(staged, out, overwrite=options.overwrite)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -7,7 +7,7 @@ A build works in ``<out>.partial/`` next to the target:
                       written as ``00000.tmp/`` and renamed, so a shard exists whole or not at all
     index/            the assembled index, renamed to ``<out>`` when complete
 
-Together with :mod:`index.files` and :mod:`index.documents` this is all the file I/O of an index build.
+Together with :mod:`index.storage.files` and :mod:`index.storage.documents` this is all the file I/O of an index build.
 """
 
 from __future__ import annotations

@@ -1,2 +1,3 @@
 """One module per search engine, each with its :class:`~densehybrid.index.search.vector_store.VectorStore`:
-``faiss_engine`` (CPU, flat or PQ), ``torch_engine`` (exact, CPU or GPU), ``milvus_engine`` (a collection)."""
+``faiss_engine`` (CPU, flat or PQ), ``hnsw_engine`` and ``ivf_engine`` (approximate, CPU), ``torch_engine``
+(exact, CPU or GPU), ``milvus_engine`` (a collection); ``host`` holds what the local stores share."""

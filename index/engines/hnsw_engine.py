@@ -28,9 +28,10 @@ from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search import gip
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.storage.files import HNSW_GRAPH, HNSW_NODE_ROWS
 
-ANN_FILE = "first_stage.hnsw.faiss"
-NODE_ROWS = "first_stage.hnsw.rows.npy"  # node -> row, only once a fold has dropped rows from the graph
+ANN_FILE = HNSW_GRAPH  # the file this engine reads (its name is the index layout's, ``index.storage.files``)
+NODE_ROWS = HNSW_NODE_ROWS  # node -> row, only once a fold has dropped rows from the graph
 ENCODINGS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "fp16": faiss.ScalarQuantizer.QT_fp16}
 # a filter keeping at most this many rows, or this fraction of them, is searched exactly over its rows:
 # a scan of 20k rows costs about what a graph walk does, and below 5% the walk meets mostly rows it

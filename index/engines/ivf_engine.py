@@ -25,8 +25,9 @@ from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.storage.files import IVF_LISTS
 
-ANN_FILE = "first_stage.ivf.faiss"
+ANN_FILE = IVF_LISTS  # the file this engine reads (its name is the index layout's, ``index.storage.files``)
 # the most lists a search may scan (a service setting bounds it further; above nlist it scans them all)
 MAX_NPROBE = 65_536
 # candidates read from the lists and rescored, at least: 8-bit codes misorder rows of close scores, and a

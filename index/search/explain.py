@@ -14,13 +14,25 @@ lexical; ``cls`` all semantic; ``aggretriever`` lexical = the aggregated part
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from densehybrid.encoder import representations as R
-from densehybrid.encoder.base import SCALED_KINDS, Encoded
-from densehybrid.index.storage.local import IndexFiles
+from densehybrid.encoder.base import SCALED_KINDS, Encoded, EncoderSpec
+
+
+class ExplainedRows(Protocol):
+    """What an explanation reads of an index: its spec, its row count and rows by number (a served
+    index's memory maps, or the rows written since, ``index.writes.live.LiveIndex.locate``)."""
+
+    spec: EncoderSpec
+    values: np.ndarray  # (N, dim), or anything that gives row ``i`` as ``values[i]``
+    gates: np.ndarray | None  # (N, gated_dim) uint8 for gated kinds
+
+    @property
+    def count(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,7 @@ def matched_terms(q_values: np.ndarray, q_gates: np.ndarray, p_values: np.ndarra
     return [TermMatch(int(token_ids[j]), float(q[j]), float(p[j]), float(contribution[j]), int(j)) for j in order]
 
 
-def explain(query: Encoded, index: IndexFiles, row: int, *, lam: float, vocab_size: int) -> Explanation:
+def explain(query: Encoded, index: ExplainedRows, row: int, *, lam: float, vocab_size: int) -> Explanation:
     """Explain the score of index row ``row`` for a single encoded query (raw, unscaled values)."""
     if len(query) != 1:
         raise ValueError(f"explain takes one query row, got {len(query)}")

@@ -1,8 +1,8 @@
 """The parameters of one search, built once (from a request, a command line or a test) and handed down.
 
 Every layer that searches takes the same object: the service's search batcher (which groups
-concurrent searches by it, so it is frozen and hashable), a served index (``index.local``,
-``index.storage.milvus``, ``index.writes.live``), the delta merge and the searcher itself.
+concurrent searches by it, so it is frozen and hashable), a served index (``index.served.local``,
+``index.served.milvus``, ``index.writes.live``), the delta merge and the searcher itself.
 """
 
 from __future__ import annotations

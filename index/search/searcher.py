@@ -3,7 +3,7 @@
 ``Searcher.search`` takes encoded queries (raw, as encoders return them), scales
 their open part by λ for ``dhr``/``fusion``, runs the first stage (Faiss ``ip``
 or ``approx_gip``) to depth ``candidates``, reranks the candidates by exact GIP
-for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.fusion``, each part
+for gated kinds (for ``dhr``/``fusion`` under a normalised method, ``index.search.fusion``, each part
 separately, normalised over the candidates and mixed; their candidates come from each part's own
 first stage), and returns ids, scores, rows and per-stage times. Ties are
 ordered by row number, so equal inputs give equal outputs on every run. ``offset`` skips the first
@@ -66,8 +66,8 @@ def _run_reaches_the_end(scores: np.ndarray, rows: np.ndarray, depth: int) -> bo
 
 
 class Searcher:
-    """Searches one stored index (a local directory, ``index.local.IndexFiles``, or a Milvus collection,
-    ``index.milvus.MilvusIndex``) through the :class:`VectorStore` the index hands it.
+    """Searches one stored index (a local directory, ``index.served.local.IndexFiles``, or a Milvus collection,
+    ``index.served.milvus.MilvusIndex``) through the :class:`VectorStore` the index hands it.
 
     ``device`` "cpu": Faiss first stage, numpy rerank. A CUDA device (see :func:`~densehybrid.index.search.search_device.resolve_search_device`):
     values and gates are copied to the GPU(s) once and the exact first stage and every rerank run there
@@ -192,11 +192,11 @@ class Searcher:
         """Hits ``offset`` to ``offset + k`` per query (a page of the score-then-row order). ``candidates``
         (K1) is the first-stage depth when reranking, raised to ``offset + k``.
 
-        ``filter`` (``index.filters``) keeps only the rows it matches, before any top-k: every stage
+        ``filter`` (``index.search.filters``) keeps only the rows it matches, before any top-k: every stage
         sees those rows alone, so the hits are the exact top ``k`` of the filtered rows (and the first
         stage returns all of them when they are fewer than ``candidates``).
 
-        ``method`` (``index.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
+        ``method`` (``index.search.fusion.FUSION_METHODS``) picks how ``dhr``/``fusion`` mix their parts
         (see ``fusion_method``); the per-query ones (``fusion.PER_QUERY_METHODS``: the normalised ones
         and ``rrf``, with ``rrf_k``, default the index's) take the union of each part's own top
         ``candidates`` (so up to twice as many rows) and score each part over it, so they need the rerank.

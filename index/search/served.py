@@ -1,7 +1,7 @@
 """What the service and the commands need of a served index, whatever holds its rows.
 
-Three classes serve an index: :class:`~densehybrid.index.storage.local.IndexFiles` (a local
-directory), :class:`~densehybrid.index.storage.milvus.MilvusIndex` (a Milvus collection) and
+Three classes serve an index: :class:`~densehybrid.index.served.local.IndexFiles` (a local
+directory), :class:`~densehybrid.index.served.milvus.MilvusIndex` (a Milvus collection) and
 :class:`~densehybrid.index.writes.live.LiveIndex` (either of those plus the writes since). Each
 declares :class:`ServedIndex`; the first two also hand the searcher their vector store
 (:class:`StoredIndex`). Callers ask ``remote``/``writable`` instead of probing attributes.
@@ -63,7 +63,7 @@ class ManifestView:
 
     @property
     def fusion_method(self) -> str:
-        """How ``dhr``/``fusion`` searches mix the two parts by default (``index.fusion``); indexes
+        """How ``dhr``/``fusion`` searches mix the two parts by default (``index.search.fusion``); indexes
         built before the manifest recorded it use the raw λ sum."""
         return str(self.manifest.get("fusion", {}).get("method", "lambda"))
 
@@ -96,7 +96,7 @@ class ManifestView:
 
     @property
     def field_types(self) -> dict[str, str]:
-        """The payload fields a filter can name, with their types (``index.payload``); {} for none."""
+        """The payload fields a filter can name, with their types (``index.storage.payload``); {} for none."""
         return dict(self.manifest.get("fields") or {})
 
 
@@ -149,6 +149,13 @@ class ServedIndex(Protocol):
     def rrf_k(self) -> float: ...
 
     @property
+    def prompts(self) -> Prompts: ...
+
+    @property
+    def encoded_precision(self) -> str:
+        """The precision the passages were encoded in (``fp32`` or ``int8``)."""
+
+    @property
     def remote(self) -> bool:
         """Whether the rows live in another service (Milvus), not in this process."""
 
@@ -185,6 +192,9 @@ class ServedIndex(Protocol):
 class StoredIndex(ServedIndex, Protocol):
     """A served index whose rows sit in one vector store (no pending writes): what a searcher searches."""
 
+    values: np.ndarray  # (N, dim): row ``i`` as ``values[i]`` (memory-mapped, or fetched from the store)
+    gates: np.ndarray | None  # (N, gated_dim) uint8 for gated kinds, row ``i`` as ``gates[i]``; else None
+
     @property
     def first_stage_kind(self) -> str:
         """``flat_ip``, ``pq``, ``hnsw``, ``ivf`` or ``milvus``: which search devices can serve it."""
@@ -194,7 +204,7 @@ class StoredIndex(ServedIndex, Protocol):
         """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``)."""
 
     def select(self, node: Filter) -> Selection:
-        """The rows a filter keeps, in the form this index's store takes (``index.filters``)."""
+        """The rows a filter keeps, in the form this index's store takes (``index.search.filters``)."""
 
     def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
         """(n,) int64: the row of each id, -1 for an id the index does not hold (a write's batch in one lookup)."""

@@ -17,7 +17,7 @@ class Document:
     id: str
     title: str
     text: str
-    # payload field values of a document written to a live index (``index.payload``); stored ones live in columns
+    # payload field values of a document written to a live index (``index.storage.payload``); stored ones live in columns
     fields: dict | None = field(default=None, compare=False)
 
 

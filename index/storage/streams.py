@@ -66,19 +66,19 @@ def row_blocks(stored: np.ndarray, runs: list[tuple[int, int]],
     Any other array is sliced."""
     row_bytes = stored.dtype.itemsize * int(np.prod(stored.shape[1:], dtype=np.int64))
     rows_per_block = max(1, block_bytes // max(1, row_bytes))
-    filename = getattr(stored, "filename", None)
     # only a map as opened starts at its ``offset`` (a slice of one keeps its parent's)
-    if not (filename and isinstance(stored.base, mmap.mmap) and stored.flags.c_contiguous):
+    opened_map = isinstance(stored, np.memmap) and isinstance(stored.base, mmap.mmap) and stored.filename
+    if not (opened_map and stored.flags.c_contiguous):
         for start, stop in runs:
             for s in range(start, stop, rows_per_block):
                 yield np.asarray(stored[s:min(stop, s + rows_per_block)])
         return
     buffer = np.empty((rows_per_block, *stored.shape[1:]), stored.dtype)
-    with open(filename, "rb", buffering=0) as f:
+    with open(stored.filename, "rb", buffering=0) as f:
         for start, stop in runs:
             for s in range(start, stop, rows_per_block):
                 block = buffer[:min(stop, s + rows_per_block) - s]
                 f.seek(stored.offset + s * row_bytes)
                 if f.readinto(memoryview(block).cast("B")) != block.nbytes:
-                    raise OSError(f"{filename}: ended before row {s + len(block)} (truncated while being read?)")
+                    raise OSError(f"{stored.filename}: ended before row {s + len(block)} (truncated while being read?)")
                 yield block

@@ -30,12 +30,13 @@ import numpy as np
 
 from densehybrid.index import errors
 
+from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
 
 from densehybrid.index.building import ann, ivf, shards
 from densehybrid.index.building.first_stage import write_checked_vectors, write_first_stage
 from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
-from densehybrid.index.storage.local import IndexFiles
+from densehybrid.index.served.local import IndexFiles
 from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
 from densehybrid.index.storage.durable import fsync_files
 from densehybrid.index.storage.documents import write_docs_folded
@@ -151,7 +152,7 @@ def fold_from_log(path: Path, log_dir: Path, through_segment: int, applied_seq: 
     from densehybrid.index.writes.delta import replayed
     from densehybrid.index.writes.wal import iter_changes
 
-    base = files.load_index(path)
+    base = loading.load_index(path)
     already = int(base.manifest.get("writes", {}).get("applied_seq", 0))
     return fold(base, replayed(base, iter_changes(log_dir, through_segment), already), path, applied_seq, pacer)
 

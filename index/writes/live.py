@@ -16,19 +16,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from densehybrid.encoder.base import Encoded
+from densehybrid.encoder.base import Encoded, EncoderSpec
 from densehybrid.index.writes.delta import Delta, UnknownDocument, apply, contains, replayed
 from densehybrid.index.writes.merged import live_ids, merged_search
 from densehybrid.index.writes.compaction import FoldWorker
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.storage.files import load_index
+from densehybrid.index.served.loading import load_index
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.served import ManifestView, SearchResults, ServedIndex, StoredIndex
 from densehybrid.index.writes.wal import Change, WriteAheadLog
+
+if TYPE_CHECKING:
+    from densehybrid.index.search.explain import ExplainedRows
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +46,9 @@ class _State:
 
 @dataclass(frozen=True)
 class _DeltaRows:
-    """The delta seen as an index (what ``index.explain`` reads)."""
+    """The delta seen as an index (what ``index.search.explain`` reads)."""
 
-    spec: object
+    spec: EncoderSpec
     values: np.ndarray
     gates: np.ndarray | None
     count: int
@@ -168,8 +172,8 @@ class LiveIndex(ManifestView, ServedIndex):
                 else {n: v for n, v in (state.delta.docs[r - count].fields or {}).items() if n in names}
                 for r in rows]
 
-    def locate(self, row: int):
-        """(an index-like object, its row) for a live row number, for ``index.explain``."""
+    def locate(self, row: int) -> tuple[ExplainedRows, int]:
+        """(the rows holding it, its row there) for a live row number, for ``index.search.explain``."""
         state = self._state
         if row < state.base.count:
             return state.base, row

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from densehybrid.bench.hash_encoder import HashEncoder
+from densehybrid.bench.servers.hash_encoder import HashEncoder
 from densehybrid.encoder.base import Encoded, Role, TokenizedText
 
 

@@ -1,0 +1,84 @@
+"""A loaded local index directory as served: memory-mapped rows, a Faiss first stage, SQLite texts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from densehybrid.encoder.base import EncoderSpec
+from densehybrid.index.storage.doc_ids import DocIds
+from densehybrid.index.storage.documents import DocTable
+from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
+from densehybrid.index.engines.torch_engine import TorchStore, search_devices
+from densehybrid.index.search.filters import Filter, Selection, select_rows
+from densehybrid.index.storage.payload import Payload
+from densehybrid.index.search.searcher import CpuSearch
+from densehybrid.index.search.served import DocumentLookup, ManifestView, StoredIndex
+from densehybrid.index.search.vector_store import VectorStore
+
+
+@dataclass(eq=False)
+class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
+    """A loaded, verified index (``index.served.loading.load_index``). ``values`` and ``gates`` are read-only memory maps."""
+
+    path: Path
+    manifest: dict
+    spec: EncoderSpec
+    doc_ids: DocIds  # reads like a list of str; the id lookup searches its stored order
+    values: np.ndarray
+    gates: np.ndarray | None
+    faiss: faiss.Index
+    docs: DocTable
+    payload: Payload  # the filterable field columns (none for an index without fields)
+    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``, ``ivf_engine``), when it has one
+    ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
+
+    remote = False
+    writable = False  # a published generation never changes; writes go through ``index.writes.live.LiveIndex``
+
+    @property
+    def first_stage_kind(self) -> str:
+        if self.ann is not None:
+            return "ivf" if ivf_engine.is_ivf(self.manifest["first_stage"]) else "hnsw"
+        return faiss_engine.first_stage_description(self.faiss)
+
+    def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        return self.doc_ids.rows_of(doc_ids)
+
+    def row_of(self, doc_id: str) -> int | None:
+        row = int(self.rows_of([doc_id])[0])
+        return None if row < 0 else row
+
+    def ids_of(self, rows: Sequence[int]) -> list[str]:
+        return [self.doc_ids[r] for r in rows]
+
+    def healthy(self) -> bool:
+        return True
+
+    def select(self, node: Filter) -> Selection:
+        """The rows ``node`` keeps (a mask over the payload columns)."""
+        return select_rows(node, self.payload)
+
+    def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
+        return self.payload.rows(rows, names)
+
+    def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
+                     engine: str | None = None) -> VectorStore:
+        """Faiss on the CPU (its HNSW graph or IVF when the index has one); the exact torch engine on a CUDA
+        device (or on the CPU when asked)."""
+        on_gpu = device.startswith("cuda")
+        if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
+            if ivf_engine.is_ivf(self.manifest["first_stage"]):
+                nprobe = ivf_engine.IVFConfig.from_dict(self.manifest["first_stage"]).nprobe
+                return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe)
+            if self.ann is not None:
+                ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
+                return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search,
+                                             self.ann_rows)
+            return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
+        half = on_gpu if float16 is None else float16
+        return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)
