@@ -65,8 +65,8 @@ def bench_command(
     scale_ann: ScaleAnn = typer.Option("hnsw", "--scale-ann",
                                   help="--scale: the approximate first stage imported and swept: hnsw (ef_search "
                                        "16..512) or ivf (nprobe 1..64)"),
-    scale_ivf_lists: int = typer.Option(IVFConfig().nlist, "--scale-ivf-lists", min=1,
-                                        help="--scale-ann ivf: the k-means lists (nlist)"),
+    scale_ivf_lists: int = typer.Option(IVFConfig().nlist, "--scale-ivf-lists", min=0,
+                                        help="--scale-ann ivf: the k-means lists (nlist; 0: from the rows)"),
     scale_nprobe: Optional[list[int]] = typer.Option(None, "--scale-nprobe", min=1,
                                                      help="--scale-ann ivf: an nprobe of the sweep (repeat for "
                                                           "several; default 1 2 4 8 16 32 64)"),

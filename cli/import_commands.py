@@ -56,11 +56,12 @@ def index_import(
         raise typer.BadParameter("--model is required (the query encoder matching the vectors)")
     options = ImportOptions(corpus=corpus, values_dtype=vectors_dtype, name=name, overwrite=overwrite,
                             pq=first_stage.pq, ann=first_stage.ann,
-                            fields=tuple(field), fields_from_metadata=fields_from_metadata)
+                            fields=tuple(field), fields_from_metadata=fields_from_metadata,
+                            target_recall=first_stage.target_recall, calibration_queries=first_stage.calibration_queries)
     try:
-        spec = commands.load_model(encoder.config, encoder.device).spec
+        model = commands.load_model(encoder.config, encoder.device)
         start = time.perf_counter()
-        import_pyserini(source, out, spec, options)
+        import_pyserini(source, out, model.spec, options, encoder=model)
         index = load_index(out)
     except (IndexAccessError, EncoderError, ValueError, FileNotFoundError) as exc:
         fail(exc)

@@ -94,7 +94,9 @@ def index_build(
                            lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=first_stage.pq, ann=first_stage.ann,
                            name=name, progress=not no_progress, fusion_method=fusion,
                            prompts=build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
-                           fields=tuple(field), fields_from_metadata=fields_from_metadata, values_dtype=vectors_dtype)
+                           fields=tuple(field), fields_from_metadata=fields_from_metadata, values_dtype=vectors_dtype,
+                           target_recall=first_stage.target_recall,
+                           calibration_queries=first_stage.calibration_queries)
     try:
         model = commands.load_model(encoder.config, encoder.device, backend=backend and backend.value,
                                     precision=encoder.precision)

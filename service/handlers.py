@@ -15,7 +15,8 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.search.params import SearchParams
+from densehybrid.index.building.calibration import breadth_for, recall_at
+from densehybrid.index.search.params import BREADTH, SearchParams
 from densehybrid.service import scoring
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
@@ -183,9 +184,10 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     k = min(body.k, max(index.count - body.offset, 0))  # 0: the page is past the last hit
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
+    breadth = requested_breadth(index.first_stage, body)
     params = SearchParams(k=k, offset=body.offset, first_stage=body.first_stage, candidates=candidates,
                           theta=body.theta, rerank=body.rerank, lam=body.lam, method=body.fusion, rrf_k=body.rrf_k,
-                          filter=body.filter, ef_search=body.ef_search, nprobe=body.nprobe)
+                          filter=body.filter, **breadth)
     options = request_text_options(rt, "query", body, search=True)
     per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
                                                  lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
@@ -193,21 +195,46 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         per_query = [[] for _ in texts]
     answer = {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
               "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind,
-                        "first_stage": answered_by(index, body.ef_search, body.nprobe)}}
+                        "first_stage": answered_by(index.first_stage, breadth)}}
     if body.explain:
         answer["explained"] = explained_hits(rt, per_query)
     return answer
 
 
-def answered_by(index, ef_search: int | None, nprobe: int | None = None) -> dict:
-    """The first stage that answered: its type and, for a graph, the breadth the search used (for inverted
-    lists, the lists it scanned)."""
-    first_stage = index.first_stage
-    if "ef_search" in first_stage and ef_search is not None:
-        first_stage = {**first_stage, "ef_search": ef_search}
-    if "nprobe" in first_stage and nprobe is not None:
-        first_stage = {**first_stage, "nprobe": nprobe}
-    return first_stage
+def requested_breadth(first_stage: dict, body) -> dict:
+    """The breadth fields of a search: a request's own (ef_search, nprobe, rescore), or for a ``recall`` (and no
+    breadth of this first stage) the cheapest breadth the index's build measured to keep it (the best measured,
+    if none does)."""
+    breadth = {knob: getattr(body, knob) for knob in BREADTH.values() if getattr(body, knob) is not None}
+    knob = BREADTH.get(first_stage["type"])
+    # an exact (or a Milvus) first stage keeps any recall; a breadth given for this first stage wins
+    if body.recall is None or knob is None or knob in breadth:
+        return breadth
+    calibration = first_stage.get("calibration")
+    if calibration is None:
+        raise InvalidRequest(f"this index's {first_stage['type']} first stage was not calibrated for recall "
+                                 f"(built before calibration existed): ask for a breadth ({knob}) instead, or "
+                                 "rebuild it")
+    return {knob: breadth_for(calibration["curve"], body.recall)["breadth"]}
+
+
+def answered_by(first_stage: dict, breadth: dict) -> dict:
+    """The first stage that answered: its type, the breadth the search used and, where the build calibrated
+    it, the recall@10 it measured at that breadth (between two measured breadths, the lower one's; 1.0 for an
+    exact scan)."""
+    knob = BREADTH.get(first_stage["type"])
+    answer = {key: value for key, value in first_stage.items() if key != "calibration"}
+    if first_stage["type"] == "flat":
+        return answer | {"recall_at_10": 1.0}
+    if first_stage["type"] == "milvus":  # Milvus's own breadths, named as the index holds them
+        return answer | {key: value for key, value in breadth.items() if key in answer}
+    if knob is None:
+        return answer
+    answer[knob] = breadth.get(knob, answer.get(knob))
+    calibration = first_stage.get("calibration")
+    if calibration is not None:
+        answer["recall_at_10"] = recall_at(calibration["curve"], answer[knob])
+    return answer
 
 
 def explained_hits(rt: Runtime, per_query: list[list[dict]]) -> dict:

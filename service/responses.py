@@ -64,14 +64,41 @@ class Hit(BaseModel):
     fields: dict[str, Any] | None = Field(None, description="the payload fields asked for with `fields`")
 
 
+class CalibrationPoint(BaseModel):
+    breadth: int = Field(description="the first stage's breadth (ef_search, nprobe or rescore)")
+    recall_at_10: float = Field(description="mean share of each calibration query's exact top 10 found")
+    exact_top10: float = Field(description="share of calibration queries whose top 10 was the exact one entire")
+    p50_ms: float = Field(description="median single-query first stage, candidates rescored, at build time")
+    p99_ms: float
+
+
+class Calibration(BaseModel):
+    knob: str = Field(description="the breadth measured: ef_search (hnsw), nprobe (ivf) or rescore (pqscan)")
+    target_recall: float | None = Field(description="the recall@10 the build was asked to keep (--target-recall); "
+                                                    "null where a breadth was given instead")
+    reached: bool | None = Field(description="whether a measured breadth kept the target; if not, the default is "
+                                             "the best one measured")
+    queries: int = Field(description="calibration queries searched")
+    source: str = Field(description="where they came from: cut from sampled passages, a file, or stored rows")
+    seconds: float | None = Field(None, description="what measuring the curve took at build time")
+    exact_p50_ms: float | None = Field(None, description="the exact scan's median single query at build time: below "
+                                                         "it, --ann flat answers exactly and as fast")
+    curve: list[CalibrationPoint]
+
+
 class FirstStage(BaseModel):
-    type: Literal["flat", "pq", "hnsw", "ivf", "milvus"] = Field(
-        description="what found the candidates: flat (an exact scan), pq, hnsw or ivf (approximate; the scores are "
-                    "still exact for hnsw and ivf), milvus (a collection)")
+    type: Literal["flat", "pq", "hnsw", "ivf", "pqscan", "milvus"] = Field(
+        description="what found the candidates: flat (an exact scan), pq, hnsw, ivf or pqscan (approximate; the "
+                    "scores are still exact for hnsw, ivf and pqscan), milvus (a collection)")
     ef_search: int | None = Field(None, description="hnsw: the graph breadth per query (in an answer: the one it used)")
     nprobe: int | None = Field(None, description="ivf: the inverted lists scanned per query (in an answer: the ones "
                                                  "it used)")
+    rescore: int | None = Field(None, description="pqscan: candidates scored again exactly per query (in an answer: "
+                                                  "the number it used)")
     index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
+    recall_at_10: float | None = Field(None, description="an answer's: the recall@10 the build measured at the breadth "
+                                                         "used (1.0 for an exact scan; absent where not calibrated)")
+    calibration: Calibration | None = Field(None, description="/info's: the build's recall against latency per breadth")
 
 
 class IndexSummary(BaseModel):

@@ -101,6 +101,8 @@ class ServiceSettings(BaseSettings):
                                "hnsw first stage may ask for")
     max_nprobe: int = Field(1024, ge=1, le=65536, description="largest nprobe (inverted lists scanned) a search of "
                             "an ivf first stage may ask for")
+    max_rescore: int = Field(5000, ge=1, le=10000, description="largest rescore (candidates scored again exactly) a "
+                             "search of a pqscan first stage may ask for")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body; checked before parsing")
     max_explain_hits: int = Field(100, ge=1, description="largest queries x k of a /search with explain=true")
@@ -199,7 +201,7 @@ class ServiceSettings(BaseSettings):
     @property
     def limits(self) -> "Limits":
         return Limits(self.max_k, self.max_candidates, self.max_request_texts, self.max_write_documents,
-                      self.max_document_chars, self.max_ef_search, self.max_nprobe)
+                      self.max_document_chars, self.max_ef_search, self.max_nprobe, self.max_rescore)
 
     def encoder_config(self) -> EncoderConfig:
         """The model and encoder settings given (``None`` where not: the index's or the model's decide)."""
@@ -225,6 +227,7 @@ class Limits:
     max_document_chars: int = 100_000
     max_ef_search: int = 2048
     max_nprobe: int = 1024
+    max_rescore: int = 5000
 
 
 def is_loopback(host: str) -> bool:

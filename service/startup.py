@@ -230,10 +230,11 @@ def warm_up_params(index) -> SearchParams:
     An exhaustive first stage (flat, PQ, the torch scan, a Milvus FLAT collection) scans the first
     ``WARMUP_ROWS`` rows only: a full scan would page a whole memory-mapped index into memory before
     the first request asks for it. A graph walk reads about ``ef_search`` rows whatever the index's
-    size, and inverted lists about ``nprobe`` lists, so those first stages search as a request's would.
+    size, inverted lists about ``nprobe`` lists, and product codes (held in memory, an eighth of the rows'
+    size) about ``rescore`` rows, so those first stages search as a request's would.
     """
-    # a local or Milvus HNSW first stage names its breadth, an IVF one its lists
-    walks_part = "ef_search" in index.first_stage or "nprobe" in index.first_stage
+    # a local or Milvus HNSW first stage names its breadth, an IVF one its lists, a pqscan one its rescoring
+    walks_part = any(knob in index.first_stage for knob in ("ef_search", "nprobe", "rescore"))
     bounded = not walks_part and index.count > WARMUP_ROWS
     return SearchParams(k=max(1, min(10, index.count)), candidates=max(1, min(100, index.count)),
                         row_limit=WARMUP_ROWS if bounded else None)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from densehybrid.index.building import calibration
-from densehybrid.index.building.calibration import Point, breadth_for, choose, measure, recall_at_k
+from densehybrid.index.building.calibration import Point, breadth_for, choose, measure, recall_at, recall_at_k
 
 
 def test_recall_counts_the_exact_rows_found_whatever_their_order():
@@ -22,11 +22,11 @@ def test_a_search_that_sees_more_rows_as_breadth_grows_is_measured_as_such():
     rows, queries = rng.standard_normal((500, 8)), rng.standard_normal((20, 8))
     exact = np.argsort(-(queries @ rows.T), axis=1)[:, :calibration.K]
 
-    def search(q: np.ndarray, breadth: int) -> np.ndarray:  # scans the first ``breadth`` rows only
-        scores = q[0] @ rows[:breadth].T
+    def search(number: int, breadth: int) -> np.ndarray:  # scans the first ``breadth`` rows only
+        scores = queries[number] @ rows[:breadth].T
         return np.argsort(-scores)[:calibration.K]
 
-    points = measure(search, queries, exact, [50, 250, 500])
+    points = measure(search, len(queries), exact, [50, 250, 500])
     recalls = [p.recall for p in points]
     assert recalls == sorted(recalls) and recalls[-1] == 1.0 and points[-1].exact_share == 1.0
     assert 0.05 < recalls[0] < 0.2  # a tenth of the rows holds about a tenth of each top 10
@@ -56,3 +56,9 @@ def test_a_requested_recall_maps_onto_the_manifest_curve():
     assert breadth_for(curve, 0.999)["breadth"] == 256  # the best there is
     with pytest.raises(ValueError, match="no breadth"):
         choose([], 0.9)
+
+
+def test_a_breadth_between_two_measured_ones_is_known_by_the_lower_ones_recall():
+    curve = [p.to_dict() for p in _points((16, 0.80, 0.3), (64, 0.95, 0.9), (256, 0.99, 3.0))]
+    assert recall_at(curve, 64) == 0.95 and recall_at(curve, 100) == 0.95 and recall_at(curve, 5000) == 0.99
+    assert recall_at(curve, 8) is None

@@ -35,7 +35,8 @@ def index_dirs(tmp_path_factory):
     corpus = _corpus(root / "corpus.jsonl")
     ann = HNSWConfig(m=16, ef_construction=64, ef_search=48, train_size=COUNT)
     return {first_stage: build_index(FakeEncoder("cls"), corpus, root / first_stage,
-                                     BuildOptions(progress=False, ann=ann if first_stage == "hnsw" else None))
+                                     BuildOptions(progress=False, ann=ann if first_stage == "hnsw" else None,
+                                                  target_recall=None))  # the breadth given stays
             for first_stage in ("hnsw", "flat")}
 
 
@@ -52,19 +53,62 @@ def test_info_names_the_first_stage_and_the_ef_search_limit(served):
     first_stage, _, client = served
     info = client.get("/info").json()
     assert info["limits"]["max_ef_search"] == 512
-    assert {k: v for k, v in info["index"]["first_stage"].items() if v is not None} == ({"type": "hnsw", "ef_search": 48} if first_stage == "hnsw"
-                                            else {"type": "flat"})
+    named = {k: v for k, v in info["index"]["first_stage"].items() if v is not None}
+    if first_stage == "hnsw":  # the build measured the curve, and kept the breadth it was given
+        calibration = named.pop("calibration")
+        assert calibration["knob"] == "ef_search" and calibration["target_recall"] is None
+        assert calibration["queries"] > 0 and calibration["source"].startswith("a sentence cut from each of")
+        assert [p["breadth"] for p in calibration["curve"]] == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert named == ({"type": "hnsw", "ef_search": 48} if first_stage == "hnsw" else {"type": "flat"})
 
 
-def test_every_answer_names_the_first_stage_and_the_breadth_it_used(served):
+def _curve(client) -> list[dict]:
+    return client.get("/info").json()["index"]["first_stage"]["calibration"]["curve"]
+
+
+def test_every_answer_names_the_first_stage_the_breadth_it_used_and_its_measured_recall(served):
     first_stage, _, client = served
     default = client.post("/search", json={"query": "graph recall", "k": 5}).json()["index"]["first_stage"]
     wide = client.post("/search", json={"query": "graph recall", "k": 5, "ef_search": 300}).json()
     if first_stage == "hnsw":
-        assert default == {"type": "hnsw", "ef_search": 48}
-        assert wide["index"]["first_stage"] == {"type": "hnsw", "ef_search": 300}
+        curve = _curve(client)
+        measured = {p["breadth"]: p["recall_at_10"] for p in curve}
+        # 48 and 300 lie between measured breadths: the recall of the narrower one (a wider walk finds as much)
+        assert default == {"type": "hnsw", "ef_search": 48, "recall_at_10": measured[32]}
+        assert wide["index"]["first_stage"] == {"type": "hnsw", "ef_search": 300, "recall_at_10": measured[256]}
     else:  # an exact scan has no breadth: the field is accepted and has nothing to change
-        assert default == wide["index"]["first_stage"] == {"type": "flat"}
+        assert default == wide["index"]["first_stage"] == {"type": "flat", "recall_at_10": 1.0}
+
+
+@pytest.mark.parametrize("wanted", [0.5, 0.97, 1.0])
+def test_a_request_for_a_recall_gets_the_cheapest_breadth_measured_to_keep_it(served, wanted):
+    first_stage, _, client = served
+    answer = client.post("/search", json={"query": "graph recall", "k": 5, "recall": wanted}).json()
+    if first_stage == "flat":
+        assert answer["index"]["first_stage"] == {"type": "flat", "recall_at_10": 1.0}
+        return
+    curve = _curve(client)
+    keeping = [p for p in curve if p["recall_at_10"] >= wanted]
+    expected = (min(keeping, key=lambda p: (p["p50_ms"], p["breadth"])) if keeping
+                else max(curve, key=lambda p: (p["recall_at_10"], -p["breadth"])))
+    assert answer["index"]["first_stage"] == {"type": "hnsw", "ef_search": expected["breadth"],
+                                              "recall_at_10": expected["recall_at_10"]}
+
+
+def test_a_breadth_given_beside_a_recall_wins(served):
+    first_stage, _, client = served
+    answer = client.post("/search", json={"query": "graph", "recall": 0.99, "ef_search": 64, "nprobe": 3}).json()
+    assert answer["index"]["first_stage"]["type"] == first_stage
+    if first_stage == "hnsw":
+        assert answer["index"]["first_stage"]["ef_search"] == 64
+
+
+@pytest.mark.parametrize("recall", [0, 1.5, "high", -0.1])
+def test_a_recall_out_of_range_is_a_422_and_the_server_stays_up(served, recall):
+    _, _, client = served
+    response = client.post("/search", json={"query": "graph", "recall": recall})
+    assert response.status_code == 422 and "recall" in response.text, response.text
+    assert client.post("/search", json={"query": "graph"}).status_code == 200
 
 
 def test_a_wide_walk_answers_the_exact_top_k(served):

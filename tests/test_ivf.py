@@ -167,7 +167,7 @@ def test_cli_import_takes_the_ivf_options(tmp_path, fake_models):
     assert index.ann.nlist == 8 and index.ann.ntotal == len(xb) and index.vector_store().nprobe == 3
 
 
-@pytest.mark.parametrize("flags, named", [(["--ivf-codes", "int4"], "--ivf-codes"), (["--ivf-lists", "0"], "--ivf-lists"),
+@pytest.mark.parametrize("flags, named", [(["--ivf-codes", "int4"], "--ivf-codes"), (["--ivf-lists", "-1"], "--ivf-lists"),
                                           (["--nprobe", "0"], "--nprobe"), (["--pq", "8"], "--pq")])
 def test_cli_refuses_bad_ivf_flags(tmp_path, fake_models, flags, named):
     write_pyserini(tmp_path / "pyserini")
@@ -194,3 +194,17 @@ def test_pending_writes_search_beside_the_lists_as_a_fresh_build(tmp_path):
     assert live.first_stage == {"type": "ivf", "nprobe": 1}
     check_same(live, reference, encoder, k=10, nprobe=8)  # every list: the exact top-10 of base and delta
     live.close()
+
+
+def test_the_lists_scale_with_the_rows_and_keep_tens_of_rows_each():
+    from densehybrid.index.engines.ivf_engine import MIN_ROWS_PER_LIST, lists_for
+
+    assert [lists_for(n) for n in (827_284, 1_000_000, 8_841_823)] == [4096, 4096, 16384]
+    assert lists_for(8192) == 8192 // MIN_ROWS_PER_LIST == 210  # 4 sqrt(8192) = 362 lists would hold 22 rows each
+    assert all(lists_for(n) * MIN_ROWS_PER_LIST <= max(n, MIN_ROWS_PER_LIST) for n in (1, 10, 100, 5000, 10**6))
+    assert lists_for(10) == 1
+
+
+def test_an_index_built_without_a_list_count_gets_one_from_its_rows(tmp_path):
+    index = make_index(tmp_path, n=2000, ann=IVFConfig(nprobe=2, train_size=2000))
+    assert index.manifest["first_stage"]["nlist"] == 51 == index.ann.nlist  # 4 sqrt(2000) = 179 > 2000 // 39

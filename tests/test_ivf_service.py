@@ -25,7 +25,8 @@ def index_dirs(tmp_path_factory):
     corpus = _corpus(root / "corpus.jsonl")
     ann = IVFConfig(nlist=LISTS, nprobe=2)
     return {first_stage: build_index(FakeEncoder("cls"), corpus, root / first_stage,
-                                     BuildOptions(progress=False, ann=ann if first_stage == "ivf" else None))
+                                     BuildOptions(progress=False, ann=ann if first_stage == "ivf" else None,
+                                                  target_recall=None))  # the lists given stay
             for first_stage in ("ivf", "flat")}
 
 
@@ -43,6 +44,8 @@ def test_info_names_the_first_stage_and_the_nprobe_limit(served):
     info = client.get("/info").json()
     assert info["limits"]["max_nprobe"] == 64
     named = {k: v for k, v in info["index"]["first_stage"].items() if v is not None}
+    if first_stage == "ivf":  # the build measured every number of lists up to all of them
+        assert [p["breadth"] for p in named.pop("calibration")["curve"]] == [1, 2, 4, LISTS]
     assert named == ({"type": "ivf", "nprobe": 2} if first_stage == "ivf" else {"type": "flat"})
 
 
@@ -51,10 +54,12 @@ def test_every_answer_names_the_first_stage_and_the_lists_it_scanned(served):
     default = client.post("/search", json={"query": "graph recall", "k": 5}).json()["index"]["first_stage"]
     wide = client.post("/search", json={"query": "graph recall", "k": 5, "nprobe": 6}).json()
     if first_stage == "ivf":
-        assert default == {"type": "ivf", "nprobe": 2}
-        assert wide["index"]["first_stage"] == {"type": "ivf", "nprobe": 6}
+        curve = {p["breadth"]: p["recall_at_10"] for p in
+                 client.get("/info").json()["index"]["first_stage"]["calibration"]["curve"]}
+        assert default == {"type": "ivf", "nprobe": 2, "recall_at_10": curve[2]}
+        assert wide["index"]["first_stage"] == {"type": "ivf", "nprobe": 6, "recall_at_10": curve[4]}
     else:  # an exact scan has no lists: the field is accepted and has nothing to change
-        assert default == wide["index"]["first_stage"] == {"type": "flat"}
+        assert default == wide["index"]["first_stage"] == {"type": "flat", "recall_at_10": 1.0}
 
 
 def test_scanning_every_list_answers_the_exact_top_k(served):

@@ -75,7 +75,8 @@ def test_search_equals_in_process_search(client, reference, params):
         assert [h["id"] for h in body["results"]] == expected.ids[0]
         assert [h["score"] for h in body["results"]] == expected.scores[0]
         assert [h["rank"] for h in body["results"]] == list(range(1, k + 1))
-        assert body["index"] == {"name": "index", "documents": 80, "kind": "dhr", "first_stage": {"type": "flat"}}
+        assert body["index"] == {"name": "index", "documents": 80, "kind": "dhr",
+                                 "first_stage": {"type": "flat", "recall_at_10": 1.0}}
 
 
 def test_integral_numbers_are_integers(client):

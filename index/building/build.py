@@ -24,7 +24,7 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, durable, files
 from densehybrid.index.search import fusion
-from densehybrid.index.building import fusion_auto, lambda_auto, shards
+from densehybrid.index.building import calibrate, calibration, fusion_auto, lambda_auto, shards
 from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
@@ -47,6 +47,10 @@ class BuildOptions:
     ann: AnnConfig | None = None
     # the element type of the one stored copy of the vectors (index.storage.vectors): float16 or float32
     values_dtype: str = "float16"
+    # with ``ann``: the recall@10 its default breadth keeps, measured at build (None: the breadth given stays,
+    # measured all the same), on the queries of ``calibration_queries`` or on sentences cut from passages
+    target_recall: float | None = calibration.DEFAULT_TARGET
+    calibration_queries: Path | None = None
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion);
     # "auto": chosen from the corpus at the end of the build (index.building.fusion_auto)
     fusion_method: str = "lambda"
@@ -136,6 +140,14 @@ def _staged_rows(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple
     return values, gates
 
 
+def _calibrated(encoder: Encoder, staged: Path, first_stage: dict, options: BuildOptions) -> dict:
+    """The approximate first stage's record with its recall curve and, for a target, the breadth that keeps it."""
+    values, _ = _staged_rows(encoder, staged, options)
+    queries = calibrate.queries_for(encoder, staged, values, file=options.calibration_queries,
+                                    prompt=options.prompts.for_role("query"))
+    return calibrate.calibrate(staged, first_stage, values, queries, options.target_recall)
+
+
 def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[float, dict]:
     if options.lam is None:
         return encoder.spec.lam, {"method": "model"}
@@ -198,6 +210,8 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     spec = encoder.spec
     staged, first_stage = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq,
                                           values_dtype=options.values_dtype, ann=options.ann)
+    if options.ann is not None:
+        first_stage = _calibrated(encoder, staged, first_stage, options)
     lam, lam_info = _lambda(encoder, staged, options)
     fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
     fields_info = payload.write(staged) if payload is not None else {}

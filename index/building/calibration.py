@@ -22,8 +22,9 @@ import numpy as np
 
 K = 10
 DEFAULT_TARGET = 0.95
-# the latency each breadth is known by: the median of its queries (single query, one thread)
-Search = Callable[[np.ndarray, int], np.ndarray]  # (query (1, dim), breadth) -> its top-K rows (K,), -1 for none
+# (query number, breadth) -> that query's top K rows (K,), -1 for none; a breadth is known by the median
+# latency of its queries, each searched alone
+Search = Callable[[int, int], np.ndarray]
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -52,15 +53,15 @@ class Point:
                    float(record["p50_ms"]), float(record["p99_ms"]))
 
 
-def measure(search: Search, queries: np.ndarray, exact: np.ndarray, breadths: Sequence[int]) -> list[Point]:
-    """Each breadth's recall and single-query latency over ``queries`` (Q, dim), against ``exact`` (Q, K)."""
+def measure(search: Search, queries: int, exact: np.ndarray, breadths: Sequence[int]) -> list[Point]:
+    """Each breadth's recall and single-query latency over ``queries`` queries, against ``exact`` (Q, K)."""
     points = []
     for breadth in breadths:
-        search(queries[:1], breadth)  # the first call at a breadth pays for allocations
+        search(0, breadth)  # the first call at a breadth pays for allocations
         found, samples = [], []
-        for q in range(len(queries)):
+        for number in range(queries):
             started = time.perf_counter()
-            found.append(search(queries[q:q + 1], breadth))
+            found.append(search(number, breadth))
             samples.append((time.perf_counter() - started) * 1000.0)
         recalls = recall_at_k(np.asarray(found), exact)
         points.append(Point(int(breadth), float(recalls.mean()), float((recalls == 1.0).mean()),
@@ -90,3 +91,10 @@ def breadth_for(curve: Sequence[dict], recall: float) -> dict:
     there is when none does."""
     points = [Point.from_dict(p) for p in curve]
     return choose(points, recall).point.to_dict()
+
+
+def recall_at(curve: Sequence[dict], breadth: int) -> float | None:
+    """The recall the manifest curve measured at ``breadth``, or for a breadth between its points the recall of
+    the widest one below it (a wider search finds at least as much); None below the narrowest."""
+    below = [p["recall_at_10"] for p in curve if p["breadth"] <= breadth]
+    return max(below) if below else None

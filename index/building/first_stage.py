@@ -3,8 +3,8 @@
 :func:`write_vectors_and_first_stage` streams the rows once into ``vectors.faiss`` (the one copy,
 ``index.storage.vectors``) and then builds any approximate first stage from that file's memory map,
 in its own file (IndexPQ in ``first_stage.faiss``, or with ``ann`` an HNSW graph in
-``first_stage.hnsw.faiss``, ``index.building.ann``, or inverted lists in ``first_stage.ivf.faiss``,
-``index.building.ivf``). It returns the manifest's ``first_stage`` entry.
+``first_stage.hnsw.faiss``, ``index.building.ann``, inverted lists in ``first_stage.ivf.faiss``,
+``index.building.ivf``, or 4-bit product codes in ``first_stage.pqscan.faiss``, ``index.building.pqscan``). It returns the manifest's ``first_stage`` entry.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ import numpy as np
 
 from densehybrid.index.building.ann import write_ann
 from densehybrid.index.building.ivf import write_ivf
+from densehybrid.index.building.pqscan import write_pqscan
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
+from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.storage.files import FIRST_STAGE
 from densehybrid.index.storage.vectors import VECTORS, open_vectors, write_vectors
 
 _ADD_ROWS = 65_536
-AnnConfig = HNSWConfig | IVFConfig  # an approximate first stage beside the exact rows, rescored from them
+AnnConfig = HNSWConfig | IVFConfig | PQScanConfig  # an approximate first stage beside the exact rows, rescored from them
 
 
 def write_vectors_and_first_stage(directory: Path, parts: Iterable[np.ndarray], *, count: int, dim: int,
@@ -60,7 +62,10 @@ def write_first_stage(directory: Path, *, count: int, dim: int, values_dtype: st
 
 
 def write_approximate(values: np.ndarray, directory: Path, ann: AnnConfig) -> dict:
-    """The HNSW graph or the IVF of ``values`` (N, dim) in ``directory`` -> the manifest's ``first_stage``."""
+    """The HNSW graph, the IVF or the product codes of ``values`` (N, dim) in ``directory`` -> the manifest's
+    ``first_stage``."""
+    if isinstance(ann, PQScanConfig):
+        return write_pqscan(values, directory, ann)
     return write_ivf(values, directory, ann) if isinstance(ann, IVFConfig) else write_ann(values, directory, ann)
 
 

@@ -24,9 +24,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.encoder.base import EncoderSpec
+from densehybrid.encoder.base import Encoder, EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
-from densehybrid.index.building import shards
+from densehybrid.index.building import calibrate, shards
+from densehybrid.index.building.calibration import DEFAULT_TARGET
 from densehybrid.index.building.build import read_corpus, read_payload
 from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage, write_approximate,
                                                    write_vectors_and_first_stage)
@@ -54,6 +55,10 @@ class ImportOptions:
     overwrite: bool = False
     fields: tuple[str, ...] = ()
     fields_from_metadata: bool = False
+    # with ``ann``: the recall@10 its default breadth keeps (None: the breadth given stays, measured all the same),
+    # measured on ``calibration_queries``, or sentences cut from the corpus's passages, or stored rows
+    target_recall: float | None = DEFAULT_TARGET
+    calibration_queries: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -176,8 +181,10 @@ def _payload(source: PyseriniIndex, options: ImportOptions) -> Payload | None:
 
 
 def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: EncoderSpec,
-                    options: ImportOptions = ImportOptions()) -> Path:
-    """Publish the Pyserini index at ``directory`` as a densehybrid index at ``out`` for the encoder ``spec``."""
+                    options: ImportOptions = ImportOptions(), *, encoder: Encoder | None = None) -> Path:
+    """Publish the Pyserini index at ``directory`` as a densehybrid index at ``out`` for the encoder ``spec``
+    (``encoder``, when given, encodes the calibration queries of an approximate first stage; without it the
+    calibration searches a sample of the stored rows)."""
     out = Path(out)
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
@@ -193,6 +200,11 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
         first_stage = _write_vectors(source, staged, options)
         files.write_doc_ids(staged, source.doc_ids)
         write_docs_at(staged, _documents(source, options.corpus))
+        if options.ann is not None:
+            _, values = open_vectors(staged / VECTORS, count=len(source.rows), dim=source.rows.shape[1],
+                                     dtype=options.values_dtype)
+            queries = calibrate.queries_for(encoder, staged, values, file=options.calibration_queries)
+            first_stage = calibrate.calibrate(staged, first_stage, values, queries, options.target_recall)
         # no fusion entry: a gated (fused) kind cannot be imported
         extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
         if payload is not None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from densehybrid.index.engines.faiss_engine import train_sample
 from densehybrid.index.engines.hnsw_engine import ENCODINGS
-from densehybrid.index.engines.ivf_engine import ANN_FILE, IVFConfig
+from densehybrid.index.engines.ivf_engine import ANN_FILE, IVFConfig, lists_for
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,11 @@ def _add_rows(index: faiss.Index, xb: np.ndarray, first_row: int) -> None:
 
 def build_ivf(xb: np.ndarray, config: IVFConfig) -> tuple[faiss.Index, IVFConfig]:
     """The IVF of ``xb`` (N, dim) float16/float32 (a memory map is fine), and ``config`` as built: with
-    ``trained_rows``, and ``nlist`` lowered to the training sample's size when the rows are fewer."""
+    ``trained_rows``, ``nlist`` chosen from the rows when it is 0 (``lists_for``), and lowered to the training
+    sample's size when the rows are fewer."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"an IVF first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
+    config = replace(config, nlist=config.nlist or lists_for(len(xb)))
     sample = train_sample(len(xb), max(config.train_size, MIN_SAMPLE_PER_LIST * config.nlist), config.seed)
     if len(sample) < config.nlist:
         log.warning("ivf: %d rows, fewer than the %d lists asked for: %d lists", len(xb), config.nlist, len(sample))

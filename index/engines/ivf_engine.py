@@ -38,11 +38,12 @@ MIN_RESCORED = 100
 
 @dataclass(frozen=True)
 class IVFConfig:
-    """A Faiss IVF first stage: ``nlist`` k-means lists trained on ``train_size`` sampled rows, codes in
-    ``encoding`` (``sq8`` or ``fp16``), ``nprobe`` lists scanned per query by default. ``trained_rows``:
-    the rows when it was trained (set by the build; a fold retrains once the rows have doubled)."""
+    """A Faiss IVF first stage: ``nlist`` k-means lists (0: :func:`lists_for` the rows) trained on
+    ``train_size`` sampled rows, codes in ``encoding`` (``sq8`` or ``fp16``), ``nprobe`` lists scanned per
+    query by default. ``trained_rows``: the rows when it was trained (set by the build; a fold retrains once
+    the rows have doubled)."""
 
-    nlist: int = 1024
+    nlist: int = 0
     nprobe: int = 16
     encoding: str = "sq8"
     train_size: int = 65_536
@@ -52,8 +53,8 @@ class IVFConfig:
     def __post_init__(self):
         if self.encoding not in ENCODINGS:
             raise ValueError(f"unknown IVF encoding {self.encoding!r}; use one of {', '.join(ENCODINGS)}")
-        if min(self.nlist, self.nprobe, self.train_size) < 1:
-            raise ValueError("IVF nlist, nprobe and train_size must be >= 1")
+        if self.nlist < 0 or min(self.nprobe, self.train_size) < 1:
+            raise ValueError("IVF nlist must be >= 0 (0: from the rows), nprobe and train_size >= 1")
 
     def to_dict(self) -> dict:
         """The manifest's ``first_stage`` entry."""
@@ -63,6 +64,17 @@ class IVFConfig:
     def from_dict(cls, record: dict) -> "IVFConfig":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in record.items() if k in names})
+
+
+# k-means needs tens of rows a list: Faiss warns below 39
+MIN_ROWS_PER_LIST = 39
+
+
+def lists_for(rows: int) -> int:
+    """The number of lists for ``rows`` rows: the power of two nearest 4 sqrt(rows) (Faiss's guide puts it between
+    4 and 16 sqrt(N)), with at least ``MIN_ROWS_PER_LIST`` rows a list."""
+    wanted = 2 ** round(np.log2(max(1.0, 4 * np.sqrt(rows))))
+    return int(max(1, min(wanted, rows // MIN_ROWS_PER_LIST)))
 
 
 def is_ivf(first_stage: dict) -> bool:

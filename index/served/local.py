@@ -12,7 +12,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
-from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine, pqscan_engine
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
@@ -34,7 +34,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     faiss: faiss.Index
     docs: DocTable
     payload: Payload  # the filterable field columns (none for an index without fields)
-    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``, ``ivf_engine``), when it has one
+    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``, ``ivf_engine``, ``pqscan_engine``)
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
 
     remote = False
@@ -43,7 +43,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     @property
     def first_stage_kind(self) -> str:
         if self.ann is not None:
-            return "ivf" if ivf_engine.is_ivf(self.manifest["first_stage"]) else "hnsw"
+            return self.manifest["first_stage"]["type"]  # hnsw, ivf or pqscan
         return faiss_engine.first_stage_description(self.faiss)
 
     def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
@@ -72,6 +72,9 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
         device (or on the CPU when asked)."""
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
+            if pqscan_engine.is_pqscan(self.manifest["first_stage"]):
+                rescore = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"]).rescore
+                return pqscan_engine.PQScanStore(self.ann, self.values, self.gates, self.doc_ids, rescore)
             if ivf_engine.is_ivf(self.manifest["first_stage"]):
                 nprobe = ivf_engine.IVFConfig.from_dict(self.manifest["first_stage"]).nprobe
                 return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe)

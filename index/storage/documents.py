@@ -51,6 +51,15 @@ class DocTable:
             found.update((r[0], Document(*r)) for r in self._rows(sql, chunk))
         return [found.get(i) for i in ids]
 
+    def at_rows(self, rows: Sequence[int]) -> list[Document]:
+        """The documents at ``rows`` (index rows, each present), in the same order."""
+        found: dict[int, Document] = {}
+        for s in range(0, len(rows), 500):
+            chunk = [int(r) for r in rows[s:s + 500]]
+            sql = f"SELECT row, id, title, text FROM docs WHERE row IN ({','.join('?' * len(chunk))})"
+            found.update((r[0], Document(*r[1:])) for r in self._rows(sql, chunk))
+        return [found[int(r)] for r in rows]
+
     def iter_rows(self, batch: int = 10_000) -> Iterable[Document]:
         """Every document in row order."""
         last = -1

@@ -10,6 +10,7 @@ Layout of a published index::
     first_stage.faiss   only for a PQ first stage (IndexPQ)
     first_stage.hnsw.faiss  only for an ``hnsw`` first stage: a graph over 8-bit or float16 codes
     first_stage.ivf.faiss   only for an ``ivf`` first stage: inverted lists of 8-bit or float16 codes
+    first_stage.pqscan.faiss  only for a ``pqscan`` first stage: 4-bit product codes of every row, in row order
     first_stage.hnsw.rows.npy  only once a fold has dropped rows from the graph: its node -> row map
     doc_ids.npy     ids in row order (fixed-width UTF-8) and doc_ids.order.npy, the rows in id order
                     (``index.storage.doc_ids``; format 2 and older: doc_ids.json, a JSON list)
@@ -61,8 +62,9 @@ DOC_IDS = ids_file.LEGACY_JSON  # formats 1 and 2
 HNSW_GRAPH = "first_stage.hnsw.faiss"  # read by ``index.engines.hnsw_engine``
 HNSW_NODE_ROWS = "first_stage.hnsw.rows.npy"  # its node -> row map, once a fold has dropped rows from the graph
 IVF_LISTS = "first_stage.ivf.faiss"  # read by ``index.engines.ivf_engine``
-ANN_FILES = {"hnsw": HNSW_GRAPH, "ivf": IVF_LISTS}  # the approximate first stage's file, by the manifest's type
-_OWN_FIRST_STAGE = ("flat_ip", "hnsw", "ivf")  # first stages of format 2 with no first_stage.faiss
+PQSCAN_CODES = "first_stage.pqscan.faiss"  # read by ``index.engines.pqscan_engine``
+ANN_FILES = {"hnsw": HNSW_GRAPH, "ivf": IVF_LISTS, "pqscan": PQSCAN_CODES}  # the approximate first stage's file, by the manifest's type
+_OWN_FIRST_STAGE = ("flat_ip", "hnsw", "ivf", "pqscan")  # first stages of format 2 with no first_stage.faiss
 # -- writing -----------------------------------------------------------------------------
 
 write_doc_ids = ids_file.write  # the ids in row order: str, or stored keys (a fold copies them as they are)

@@ -33,9 +33,9 @@ from densehybrid.index import errors
 from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
 
-from densehybrid.index.building import ann, ivf, shards
+from densehybrid.index.building import ann, ivf, pqscan, shards
 from densehybrid.index.building.first_stage import write_checked_vectors, write_first_stage
-from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine, pqscan_engine
 from densehybrid.index.served.local import IndexFiles
 from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
 from densehybrid.index.storage.durable import fsync_files
@@ -95,6 +95,14 @@ def _folded_lists(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) 
                         ivf_engine.IVFConfig.from_dict(base.manifest["first_stage"]))
 
 
+def _folded_codes(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
+    """The base's product codes of the kept rows with the written rows encoded after them (or trained anew:
+    ``pqscan.fold_pqscan``) -> the manifest's ``first_stage`` record."""
+    _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
+    return pqscan.fold_pqscan(values, staged, base.path, keep, len(keep),
+                              pqscan_engine.PQScanConfig.from_dict(base.manifest["first_stage"]))
+
+
 def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer | None = None) -> Path:
     """Write base (minus ``delta.hidden``) + ``delta`` rows as a new generation at ``out`` (replacing it).
 
@@ -125,6 +133,10 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer 
         first_stage = _folded_graph(base, staged, keep, count)
     if ivf_engine.is_ivf(base.manifest["first_stage"]):
         first_stage = _folded_lists(base, staged, keep, count)
+    if pqscan_engine.is_pqscan(base.manifest["first_stage"]):
+        first_stage = _folded_codes(base, staged, keep, count)
+    if "calibration" in base.manifest["first_stage"]:  # measured at build; the default breadth a fold keeps too
+        first_stage["calibration"] = base.manifest["first_stage"]["calibration"]
     if spec.gated_dim:
         shards.write_rows(staged / files.GATES, pace(_blocks(base.gates, runs, gates)), (count, spec.gated_dim),
                           np.uint8)

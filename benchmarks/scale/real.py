@@ -1,0 +1,243 @@
+"""Approximate first stages on a real corpus: recall@10 against the exact scan, per query group, and latency.
+
+    python -m densehybrid.bench.scale.real INDEX --queries NAME=FILE[:N] [--queries ...] [--ann hnsw ivf pqscan]
+        [--peers hnswlib usearch] [--out real.json] [--plot real.png]
+
+INDEX is a built or imported index of the corpus with the exact flat first stage; its own encoder encodes
+each group's queries (a BEIR queries.jsonl, the first N of it). For each group the exact top 10 over the
+stored rows is the reference. Then, for each ``--ann`` choice, its first stage is written over the same
+rows with the defaults ``index build`` uses (timed), and each breadth of the build's calibration grid is
+measured as a served search runs (the same store, candidates rescored exactly): recall@10 and the share of
+queries with the exact top 10 entire, per group, and single-query first-stage p50/p99 over all of them.
+The calibration the build would do (sentences cut from sampled passages) runs too, so the breadth it
+would choose and the recall it would state sit beside what each group gets at that breadth.
+
+Peers (``--peers``, when installed): maintained graph libraries built over the same rows with two
+threads and searched with one, their candidates rescored by the same exact code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from densehybrid.bench.timing import summarize
+from densehybrid.index.building import calibrate, calibration
+from densehybrid.index.building.commands import encoder_for_index
+from densehybrid.index.building.first_stage import write_approximate
+from densehybrid.index.engines import faiss_engine
+from densehybrid.index.engines.hnsw_engine import HNSWConfig, rescore
+from densehybrid.index.engines.ivf_engine import IVFConfig
+from densehybrid.index.engines.pqscan_engine import PQScanConfig
+from densehybrid.index.jsonl import read_jsonl
+from densehybrid.index.search.params import BREADTH
+from densehybrid.index.served.loading import load_index
+
+log = logging.getLogger(__name__)
+
+K = calibration.K
+CHOICES = {"hnsw": HNSWConfig(), "ivf": IVFConfig(), "pqscan": PQScanConfig()}
+PEER_GRID = (16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+def read_queries(spec: str) -> tuple[str, list[str]]:
+    """``NAME=FILE[:N]`` -> (NAME, the first N query texts of FILE, a BEIR queries.jsonl)."""
+    name, _, path = spec.partition("=")
+    path, _, count = path.partition(":")
+    texts = [str(row["text"]) for row in read_jsonl(path, required=("text",), what="a query line with text")]
+    return name, texts[:int(count)] if count else texts
+
+
+def sweep(search, groups: dict[str, np.ndarray], exact: dict[str, np.ndarray], breadths) -> list[dict]:
+    """``search(query (1, dim), breadth) -> rows`` at each breadth: per group recall and exact share, and the
+    single-query latency over every group's queries."""
+    points = []
+    for breadth in breadths:
+        point, samples = {"breadth": int(breadth)}, []
+        for name, xq in groups.items():
+            search(xq[:1], breadth)
+            found = []
+            for q in xq:
+                started = time.perf_counter()
+                found.append(search(q[None], breadth))
+                samples.append((time.perf_counter() - started) * 1000.0)
+            recalls = calibration.recall_at_k(np.array(found), exact[name])
+            point[name] = {"recall_at_10": round(float(recalls.mean()), 4),
+                           "exact_top10": round(float((recalls == 1.0).mean()), 4)}
+        timing = summarize(samples)
+        points.append(point | {"p50_ms": round(timing.p50, 3), "p99_ms": round(timing.p99, 3)})
+        log.info("breadth %d: %s, p50 %.2f ms", breadth,
+                 ", ".join(f"{n} {point[n]['recall_at_10']:.3f}" for n in groups), timing.p50)
+    return points
+
+
+def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, exact) -> dict:
+    """One ``--ann`` choice written over ``values`` as a build writes it, calibrated as a build does, swept."""
+    with tempfile.TemporaryDirectory(prefix=f"densehybrid-real-{name}-") as tmp:
+        staged = Path(tmp)
+        (staged / "docs.sqlite").symlink_to((index_dir / "docs.sqlite").resolve())  # the texts to cut from
+        started = time.perf_counter()
+        record = write_approximate(values, staged, CHOICES[name])
+        built_s = time.perf_counter() - started
+        queries = calibrate.queries_for(encoder, staged, values)
+        calibrated = calibrate.calibrate(staged, record, values, queries, calibration.DEFAULT_TARGET)
+        store = calibrate.store_of(staged, calibrated, values)
+        knob = BREADTH[name]
+        files = {p.name: p.stat().st_size for p in staged.iterdir() if p.is_file() and not p.is_symlink()}
+
+        def search(q, breadth):
+            return store.inner_product(q, K, **{knob: breadth})[1][0]
+
+        points = sweep(search, groups, exact, calibrate.grid(calibrated, len(values)))
+    return {"choice": name, "knob": knob, "build_s": round(built_s, 1),
+            "calibration_s": calibrated["calibration"]["seconds"], "files": files,
+            "calibrated": {"breadth": calibrated[knob], "reached": calibrated["calibration"]["reached"],
+                           "stated_recall": calibration.recall_at(calibrated["calibration"]["curve"], calibrated[knob])},
+            "sweep": points}
+
+
+def _peer_index(name: str, values: np.ndarray):
+    """(search(q, breadth) -> candidate rows, build seconds) of a peer graph library over ``values``."""
+    xb = np.asarray(values, dtype=np.float32)
+    started = time.perf_counter()
+    if name == "hnswlib":
+        import hnswlib
+
+        index = hnswlib.Index(space="ip", dim=xb.shape[1])
+        index.init_index(max_elements=len(xb), M=16, ef_construction=128)
+        index.set_num_threads(2)
+        index.add_items(xb, np.arange(len(xb)))
+        index.set_num_threads(1)
+
+        def candidates(q, breadth):
+            index.set_ef(breadth)
+            return index.knn_query(q, k=breadth)[0].astype(np.int64)
+    elif name == "usearch":
+        from usearch.index import Index
+
+        index = Index(ndim=xb.shape[1], metric="ip", dtype="f16", connectivity=16, expansion_add=128)
+        index.add(np.arange(len(xb)), xb, threads=2)
+
+        def candidates(q, breadth):
+            index.expansion_search = breadth
+            return index.search(q[0], breadth, threads=1).keys.astype(np.int64)[None]
+    else:
+        raise ValueError(f"unknown peer {name!r}; use hnswlib or usearch")
+    return candidates, time.perf_counter() - started
+
+
+def peer(name: str, values: np.ndarray, groups, exact) -> dict:
+    candidates, built_s = _peer_index(name, values)
+
+    def search(q, breadth):
+        return rescore(q, values, candidates(q, breadth), K)[1][0]
+
+    return {"choice": name, "knob": "ef", "build_s": round(built_s, 1), "settings": "M 16, ef_construction 128",
+            "sweep": sweep(search, groups, exact, PEER_GRID)}
+
+
+def flat(values: np.ndarray, groups) -> dict:
+    """The exact scan itself, batch 1 (Faiss over the stored float16 rows, as the flat first stage serves them)."""
+    index = faiss_engine.faiss.IndexFlatIP(values.shape[1])
+    for s in range(0, len(values), 65_536):
+        index.add(np.asarray(values[s:s + 65_536], dtype=np.float32))
+    samples = []
+    for xq in groups.values():
+        for q in xq:
+            started = time.perf_counter()
+            index.search(q[None], K)
+            samples.append((time.perf_counter() - started) * 1000.0)
+    timing = summarize(samples)
+    return {"choice": "flat", "p50_ms": round(timing.p50, 3), "p99_ms": round(timing.p99, 3)}
+
+
+def run(index_dir: Path, query_specs: list[str], choices: list[str], peers: list[str], threads: int = 1) -> dict:
+    faiss_engine.faiss.omp_set_num_threads(threads)
+    index = load_index(index_dir)
+    encoder = encoder_for_index(index, device="cpu")
+    values = index.values
+    groups = {}
+    for spec in query_specs:
+        name, texts = read_queries(spec)
+        groups[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
+    exact = {name: calibrate.exact_top(xq, values, np.full(len(xq), -1)) for name, xq in groups.items()}
+    result = {"index": str(index_dir), "rows": index.count, "dim": int(values.shape[1]), "model": index.spec.model_id,
+              "queries": {name: len(xq) for name, xq in groups.items()}, "threads": threads, "k": K,
+              "flat": flat(values, groups), "choices": [], "peers": []}
+    for name in choices:
+        result["choices"].append(our_choice(name, values, index_dir, encoder, groups, exact))
+    faiss_engine.faiss.omp_set_num_threads(threads)
+    for name in peers:
+        result["peers"].append(peer(name, values, groups, exact))
+    result["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return result
+
+
+def markdown(result: dict) -> str:
+    """One row per choice and breadth: recall@10 (exact top-10 share) per group, p50/p99 ms."""
+    names = list(result["queries"])
+    counts = result["queries"]
+    lines = [f"| first stage | breadth | {' | '.join(f'{n} ({counts[n]})' for n in names)} | p50 ms | p99 ms |",
+             "|---|---|" + "---|" * len(names) + "---|---|",
+             f"| flat (exact) | - | {' | '.join('1.000' for _ in names)} | {result['flat']['p50_ms']} | {result['flat']['p99_ms']} |"]
+    for row in result["choices"] + result["peers"]:
+        for p in row["sweep"]:
+            mark = " (calibrated)" if row.get("calibrated", {}).get("breadth") == p["breadth"] else ""
+            cells = " | ".join(f"{p[n]['recall_at_10']:.3f} ({p[n]['exact_top10']:.2f})" for n in names)
+            lines.append(f"| {row['choice']} | {row['knob']} {p['breadth']}{mark} | {cells} | {p['p50_ms']} | {p['p99_ms']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> Path:
+    """Recall@10 (the mean over groups) against first-stage p50, one curve per choice and peer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result["queries"])
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for row in result["choices"] + result["peers"]:
+        x = [p["p50_ms"] for p in row["sweep"]]
+        y = [min(p[n]["recall_at_10"] for n in names) for p in row["sweep"]]
+        ours = row in result["choices"]
+        axes.plot(x, y, marker="o" if ours else "x", linestyle="-" if ours else "--", label=row["choice"])
+    axes.axvline(result["flat"]["p50_ms"], color="grey", linestyle=":", label="flat (exact) p50")
+    axes.set_xscale("log")
+    axes.set_xlabel("first stage p50, ms (batch 1, one thread)")
+    axes.set_ylabel("recall@10 of the worst query group")
+    axes.set_title(f"{result['rows']:,} x {result['dim']} real rows: {', '.join(names)}")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("index", type=Path)
+    parser.add_argument("--queries", action="append", required=True, help="NAME=FILE[:N], a BEIR queries.jsonl")
+    parser.add_argument("--ann", nargs="*", default=list(CHOICES), choices=list(CHOICES))
+    parser.add_argument("--peers", nargs="*", default=[])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("real.json"))
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    result = run(args.index, args.queries, args.ann, args.peers, args.threads)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+    if args.plot:
+        plot(result, args.plot)
+
+
+if __name__ == "__main__":
+    main()
