@@ -26,7 +26,7 @@ from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.building.first_stage import AnnConfig
 from densehybrid.index.engines.hnsw_engine import ENCODINGS, HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
-from densehybrid.index.engines.pqscan_engine import MAX_RESCORE, PQScanConfig
+from densehybrid.index.engines.pqscan_engine import MAX_MARGIN, MAX_RESCORE, PQScanConfig
 from densehybrid.index.building.calibration import DEFAULT_TARGET
 
 ANN_CHOICES = ("flat", "hnsw", "ivf", "pqscan")
@@ -47,14 +47,14 @@ class FirstStageOptions:
 
 
 def _options(ann: str, pq_m: int, pq_nbits: int, hnsw_m: int, ef_construction: int, ef_search: int | None,
-             hnsw_codes: str, ivf_lists: int, ivf_codes: str, nprobe: int | None, rescore: int | None,
-             target_recall: float, calibration_queries: Path | None) -> FirstStageOptions:
+             hnsw_codes: str, ivf_lists: int, ivf_codes: str, nprobe: int | None, pqscan_margin: float | None,
+             rescore: int, target_recall: float, calibration_queries: Path | None) -> FirstStageOptions:
     if ann == "flat":
         return FirstStageOptions(pq=PQConfig(pq_m, pq_nbits) if pq_m else None)
     if pq_m:
         raise typer.BadParameter("--pq is a first stage of its own: use it with --ann flat, or leave it out "
                                  f"for --ann {ann}", param_hint="--pq")
-    breadth = {"hnsw": ef_search, "ivf": nprobe, "pqscan": rescore}[ann]
+    breadth = {"hnsw": ef_search, "ivf": nprobe, "pqscan": pqscan_margin}[ann]
     # a breadth given is kept (and measured); else the build makes the one that keeps the target the default
     calibrated = {"target_recall": None if breadth is not None else (target_recall or None),
                   "calibration_queries": calibration_queries}
@@ -62,7 +62,8 @@ def _options(ann: str, pq_m: int, pq_nbits: int, hnsw_m: int, ef_construction: i
         return FirstStageOptions(ann=IVFConfig(nlist=ivf_lists, nprobe=nprobe or _DEFAULT_IVF.nprobe,
                                                encoding=ivf_codes), **calibrated)
     if ann == "pqscan":
-        return FirstStageOptions(ann=PQScanConfig(rescore=rescore or _DEFAULT_PQSCAN.rescore), **calibrated)
+        return FirstStageOptions(ann=PQScanConfig(rescore=rescore, margin=_DEFAULT_PQSCAN.margin if pqscan_margin is None
+                                                  else pqscan_margin), **calibrated)
     return FirstStageOptions(ann=HNSWConfig(m=hnsw_m, ef_construction=ef_construction,
                                             ef_search=ef_search or _DEFAULT.ef_search, encoding=hnsw_codes),
                              **calibrated)
@@ -97,15 +98,19 @@ _FLAGS = [  # (parameter, type, default, flag)
                                                  help="--ann ivf: the searches' default lists scanned per query (a "
                                                       "request's nprobe overrides it); default: the number that "
                                                       "keeps --target-recall")),
-    ("rescore", Optional[int], None, typer.Option("--rescore", min=1, max=MAX_RESCORE,
-                                                  help="--ann pqscan: the searches' default candidates scored again "
-                                                       "exactly (a request's rescore overrides it); default: the "
-                                                       "number that keeps --target-recall")),
+    ("pqscan_margin", Optional[float], None, typer.Option(
+        "--pqscan-margin", min=0.0, max=MAX_MARGIN,
+        help="--ann pqscan: the searches' default margin: candidates whose code score is within it (x |query|) of "
+             "the k-th best are rescored exactly (a request's margin overrides it); default: the margin that keeps "
+             "--target-recall")),
+    ("rescore", int, _DEFAULT_PQSCAN.rescore, typer.Option("--rescore", min=1, max=MAX_RESCORE,
+                                                           help="--ann pqscan: the least candidates rescored per "
+                                                                "query, whatever the margin")),
     ("target_recall", float, DEFAULT_TARGET, typer.Option(
         "--target-recall", min=0.0, max=1.0,
         help="--ann hnsw/ivf/pqscan: the recall@10 to keep: the build measures it on held-out queries at each "
              "breadth and makes the cheapest one that keeps it the default (a breadth given with --ef-search, "
-             "--nprobe or --rescore is kept instead, and measured all the same; 0: the engine's default "
+             "--nprobe or --pqscan-margin is kept instead, and measured all the same; 0: the engine's default "
              "breadth)")),
     ("calibration_queries", Optional[Path], None, typer.Option(
         "--calibration-queries", exists=True, dir_okay=False,

@@ -16,7 +16,7 @@ from fastapi import Request
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
 from densehybrid.index.building.calibration import breadth_for, recall_at
-from densehybrid.index.search.params import BREADTH, SearchParams
+from densehybrid.index.search.params import BREADTH, SEARCH_FIELDS, SearchParams
 from densehybrid.service import scoring
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
@@ -202,10 +202,11 @@ async def search(rt: Runtime, request: Request, body) -> dict:
 
 
 def requested_breadth(first_stage: dict, body) -> dict:
-    """The breadth fields of a search: a request's own (ef_search, nprobe, rescore), or for a ``recall`` (and no
+    """The breadth fields of a search: a request's own (ef_search, nprobe, margin, rescore), or for a ``recall`` (and no
     breadth of this first stage) the cheapest breadth the index's build measured to keep it (the best measured,
     if none does)."""
-    breadth = {knob: getattr(body, knob) for knob in BREADTH.values() if getattr(body, knob) is not None}
+    breadth = {field: getattr(body, field) for fields in SEARCH_FIELDS.values() for field in fields
+               if getattr(body, field) is not None}
     knob = BREADTH.get(first_stage["type"])
     # an exact (or a Milvus) first stage keeps any recall; a breadth given for this first stage wins
     if body.recall is None or knob is None or knob in breadth:
@@ -213,8 +214,7 @@ def requested_breadth(first_stage: dict, body) -> dict:
     calibration = first_stage.get("calibration")
     if calibration is None:
         raise InvalidRequest(f"this index's {first_stage['type']} first stage was not calibrated for recall "
-                                 f"(built before calibration existed): ask for a breadth ({knob}) instead, or "
-                                 "rebuild it")
+                             f"(built before calibration existed): ask for a breadth ({knob}) instead, or rebuild it")
     return {knob: breadth_for(calibration["curve"], body.recall)["breadth"]}
 
 
@@ -224,13 +224,13 @@ def answered_by(first_stage: dict, breadth: dict) -> dict:
     exact scan)."""
     knob = BREADTH.get(first_stage["type"])
     answer = {key: value for key, value in first_stage.items() if key != "calibration"}
+    answer |= {field: breadth[field] for field in SEARCH_FIELDS.get(first_stage["type"], ()) if field in breadth}
     if first_stage["type"] == "flat":
         return answer | {"recall_at_10": 1.0}
     if first_stage["type"] == "milvus":  # Milvus's own breadths, named as the index holds them
         return answer | {key: value for key, value in breadth.items() if key in answer}
     if knob is None:
         return answer
-    answer[knob] = breadth.get(knob, answer.get(knob))
     calibration = first_stage.get("calibration")
     if calibration is not None:
         answer["recall_at_10"] = recall_at(calibration["curve"], answer[knob])

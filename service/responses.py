@@ -65,7 +65,7 @@ class Hit(BaseModel):
 
 
 class CalibrationPoint(BaseModel):
-    breadth: int = Field(description="the first stage's breadth (ef_search, nprobe or rescore)")
+    breadth: float = Field(description="the first stage's breadth (ef_search, nprobe or a pqscan margin)")
     recall_at_10: float = Field(description="mean share of each calibration query's exact top 10 found")
     exact_top10: float = Field(description="share of calibration queries whose top 10 was the exact one entire")
     p50_ms: float = Field(description="median single-query first stage, candidates rescored, at build time")
@@ -73,7 +73,7 @@ class CalibrationPoint(BaseModel):
 
 
 class Calibration(BaseModel):
-    knob: str = Field(description="the breadth measured: ef_search (hnsw), nprobe (ivf) or rescore (pqscan)")
+    knob: str = Field(description="the breadth measured: ef_search (hnsw), nprobe (ivf) or margin (pqscan)")
     target_recall: float | None = Field(description="the recall@10 the build was asked to keep (--target-recall); "
                                                     "null where a breadth was given instead")
     reached: bool | None = Field(description="whether a measured breadth kept the target; if not, the default is "
@@ -93,7 +93,9 @@ class FirstStage(BaseModel):
     ef_search: int | None = Field(None, description="hnsw: the graph breadth per query (in an answer: the one it used)")
     nprobe: int | None = Field(None, description="ivf: the inverted lists scanned per query (in an answer: the ones "
                                                  "it used)")
-    rescore: int | None = Field(None, description="pqscan: candidates scored again exactly per query (in an answer: "
+    margin: float | None = Field(None, description="pqscan: how far below the k-th best code score (x |query|) "
+                                                   "candidates are rescored (in an answer: the margin it used)")
+    rescore: int | None = Field(None, description="pqscan: the least candidates rescored per query (in an answer: "
                                                   "the number it used)")
     index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
     recall_at_10: float | None = Field(None, description="an answer's: the recall@10 the build measured at the breadth "

@@ -171,18 +171,24 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
             description="an ivf first stage: inverted lists scanned per query (larger: slower, closer to the exact "
                         "top-k); default: the index's; other first stages ignore it. /info and each answer's "
                         "`index` block name the first stage")
+        margin: Annotated[float, Ge(0), Le(10), BeforeValidator(json_number)] | None = Field(
+            None, examples=[0.06, 0.1],
+            description="a pqscan first stage: candidates whose product-code score is within margin x |query| of "
+                        "the k-th best are scored again exactly (larger: slower, closer to the exact top-k; a "
+                        "query far from the corpus gets more of them); default: the index's, calibrated at "
+                        "build; other first stages ignore it")
         rescore: Annotated[int, Ge(1), Le(limits.max_rescore), BeforeValidator(json_number)] | None = Field(
-            None, examples=[300, 1000],
-            description="a pqscan first stage: candidates of the product-code scan scored again exactly per query "
-                        "(larger: slower, closer to the exact top-k); default: the index's; other first stages "
-                        "ignore it")
+            None, examples=[50, 300],
+            description="a pqscan first stage: the least candidates of the product-code scan scored again exactly "
+                        "per query, whatever the margin (with margin 0, exactly this many); default: the index's; "
+                        "other first stages ignore it")
         recall: Annotated[float, Gt(0), Le(1), BeforeValidator(json_number)] | None = Field(
             None, examples=[0.95, 0.99],
             description="an approximate first stage: the recall@10 (share of the exact top 10 found) to keep, "
                         "instead of a breadth: the search uses the cheapest breadth whose recall the index's "
                         "build measured at or above it (or the best it measured); each answer's "
                         "`index.first_stage` names the breadth used and that recall. A breadth of the index's "
-                        "first stage given too (ef_search, nprobe or rescore) wins. An exact first stage keeps "
+                        "first stage given too (ef_search, nprobe or margin) wins. An exact first stage keeps "
                         "any recall")
         theta: JsonFloat = Field(0.1, ge=0, le=1e6, allow_inf_nan=False, description="approx_gip query threshold")
         rerank: JsonBool = Field(True, description="exact GIP rerank of the candidates (kinds with gates)")

@@ -11,8 +11,9 @@ from densehybrid.cli.main import app
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.building.pqscan import build_pqscan, fold_pqscan, write_pqscan
 from densehybrid.index.engines.hnsw_engine import EXACT_KEPT_ROWS
+from densehybrid.index.engines import pqscan_engine
 from densehybrid.index.engines.pqscan_engine import (ANN_FILE, PQScanConfig, PQScanStore, read_pqscan,
-                                                     sub_quantizers)
+                                                     sub_quantizers, within_margin)
 from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.params import SearchParams
@@ -21,12 +22,13 @@ from densehybrid.index.served.loading import load_index, verify_index
 from test_hnsw import brute_topk, clustered, make_index, recall
 from test_import_pyserini import write_pyserini
 
-SMALL = PQScanConfig(rescore=50, train_size=2000)
+SMALL = PQScanConfig(rescore=50, margin=0.0, train_size=2000)
 
 
 def _store(xb: np.ndarray, config: PQScanConfig = SMALL) -> PQScanStore:
     codes, built = build_pqscan(xb, config)
-    return PQScanStore(faiss.IndexPQFastScan(codes), xb, None, [f"d{i}" for i in range(len(xb))], built.rescore)
+    return PQScanStore(faiss.IndexPQFastScan(codes), xb, None, [f"d{i}" for i in range(len(xb))], built.rescore,
+                       built.margin)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,33 @@ def test_rescoring_every_row_finds_the_exhaustive_top10_with_exact_scores(rows):
     want_scores, want_rows = brute_topk(xq, rows, 10)
     np.testing.assert_array_equal(found, want_rows)
     np.testing.assert_allclose(scores, want_scores, rtol=1e-4, atol=1e-3)  # rescored from the rows
+
+
+def test_the_margin_rescores_the_rows_within_it_and_at_least_the_floor():
+    scores = np.array([[9.0, 8.0, 7.5, 7.4, 5.0, 4.9, 1.0], [3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4]], np.float32)
+    rows = np.array([[10, 11, 12, 13, 14, 15, 16], [20, 21, 22, 23, -1, 25, 26]])
+    kept = within_margin(scores, rows, depth=2, margin=np.array([0.6, 0.35]), least=1)
+    # query 0: the 2nd best is 8.0, so 7.5 and 7.4 are within 0.6 of it; query 1: 2.9 - 0.35 = 2.55 keeps four
+    # scores, one of them a missing row
+    assert kept.tolist() == [[10, 11, 12, 13, -1, -1, -1], [20, 21, 22, 23, -1, -1, -1]]
+    floor = within_margin(scores, rows, depth=2, margin=np.zeros(2), least=5)
+    assert floor.tolist() == [[10, 11, 12, 13, 14, -1, -1], [20, 21, 22, 23, -1, -1, -1]]
+
+
+def test_a_wider_margin_finds_at_least_as_much_and_a_far_query_gets_more_candidates(rows):
+    store = _store(rows, PQScanConfig(rescore=10, margin=0.0, train_size=2000))
+    xq = clustered(40, 32, seed=2)
+    want = brute_topk(xq, rows, 10)[1]
+    found = [recall(store.inner_product(xq, 10, margin=m)[1], want) for m in (0.0, 0.05, 0.2, 1.0)]
+    assert found == sorted(found) and found[-1] > found[0]
+    rescored = []
+    original = pqscan_engine.rescore_kept
+    try:  # count the rows each query rescores
+        pqscan_engine.rescore_kept = lambda q, v, r, k: (rescored.append((r >= 0).sum(1)), original(q, v, r, k))[1]
+        store.inner_product(np.stack([xq[0], xq[0] * 3]), 10, margin=0.1)
+    finally:
+        pqscan_engine.rescore_kept = original
+    assert rescored[0][1] >= rescored[0][0]  # the same direction, three times the norm: a margin three times wider
 
 
 def test_more_candidates_rescored_find_at_least_as_much_and_the_default_is_the_stores(rows):
@@ -66,7 +95,7 @@ def test_an_out_of_range_rescore_is_a_search_error(rows, rescore):
 @pytest.mark.parametrize("fraction", [0.5, 0.2])
 def test_filtered_search_keeps_only_the_kept_rows_and_finds_their_top10(fraction):
     xb = clustered(EXACT_KEPT_ROWS * 2, 64, seed=4).astype(np.float16)
-    store = _store(xb, PQScanConfig(rescore=500, train_size=2000))
+    store = _store(xb, PQScanConfig(rescore=500, margin=0.0, train_size=2000))
     keep = np.random.default_rng(5).random(len(xb)) < fraction
     xq = clustered(20, 64, seed=6)
     _, found = store.inner_product(xq, 10, Selection(int(keep.sum()), len(xb), mask=keep))
@@ -80,6 +109,7 @@ def test_a_pqscan_index_records_its_codes_and_searches_them(tmp_path):
     index = make_index(tmp_path, ann=SMALL)
     recorded = index.manifest["first_stage"]
     assert recorded == {"type": "pqscan", "file": ANN_FILE, "nbits": 4, **{**SMALL.__dict__, "m": 4, "trained_rows": 600}}
+    assert searcher_default(index) == (SMALL.rescore, SMALL.margin)
     assert ANN_FILE in verify_index(index.path)["files"] and index.first_stage_kind == "pqscan"
     searcher = Searcher(index)
     assert searcher.first_stage == "pqscan" and isinstance(searcher.store, PQScanStore)
@@ -87,6 +117,11 @@ def test_a_pqscan_index_records_its_codes_and_searches_them(tmp_path):
     xq = clustered(8, 16, seed=8)
     got = searcher.search(Encoded(xq, None), SearchParams(k=10, rescore=len(index.doc_ids)))
     np.testing.assert_array_equal(np.array(got.rows), brute_topk(xq, np.asarray(index.values), 10)[1])
+
+
+def searcher_default(index) -> tuple[int, float]:
+    store = Searcher(index).store
+    return store.rescore, store.margin
 
 
 def test_gated_kinds_rerank_the_pqscan_candidates_exactly(tmp_path):
@@ -131,7 +166,7 @@ def test_a_fold_copies_the_kept_codes_and_encodes_only_the_written_rows(tmp_path
     assert grown["trained_rows"] == len(values) + 2000  # more than twice the rows: trained anew
 
 
-def test_cli_import_takes_pqscan_and_calibrates_its_rescoring(tmp_path, fake_models):
+def test_cli_import_takes_pqscan_and_calibrates_its_margin(tmp_path, fake_models):
     xb = write_pyserini(tmp_path / "pyserini", count=3000)
     result = CliRunner().invoke(app, ["index", "import", str(tmp_path / "pyserini"), "--model", "fake:cls",
                                       "--out", str(tmp_path / "ix"), "--ann", "pqscan", "--target-recall", "0.9"])
@@ -140,20 +175,23 @@ def test_cli_import_takes_pqscan_and_calibrates_its_rescoring(tmp_path, fake_mod
     recorded = index.manifest["first_stage"]
     calibration = recorded["calibration"]
     assert recorded["type"] == "pqscan" and index.ann.ntotal == len(xb)
-    assert calibration["knob"] == "rescore" and calibration["target_recall"] == 0.9
+    assert calibration["knob"] == "margin" and calibration["target_recall"] == 0.9
     assert calibration["source"].endswith("stored rows (no texts or query file: a rough guide)")
     recalls = [p["recall_at_10"] for p in calibration["curve"]]
-    assert recalls == sorted(recalls)  # more candidates rescored never lose an exact row
-    chosen = next(p for p in calibration["curve"] if p["breadth"] == recorded["rescore"])
+    # a wider margin rescores more candidates (rows of tied code scores at the floor's edge may differ)
+    assert all(b >= a - 0.002 for a, b in zip(recalls, recalls[1:])) and recalls[-1] > recalls[0] + 0.05
+    chosen = next(p for p in calibration["curve"] if p["breadth"] == recorded["margin"])
     assert calibration["reached"] and chosen["recall_at_10"] >= 0.9
     assert all(p["recall_at_10"] < 0.9 for p in calibration["curve"] if p["p50_ms"] < chosen["p50_ms"])
 
 
-def test_a_rescore_given_is_kept_and_measured(tmp_path, fake_models):
+def test_a_margin_given_is_kept_and_measured(tmp_path, fake_models):
     write_pyserini(tmp_path / "pyserini", count=500)
     result = CliRunner().invoke(app, ["index", "import", str(tmp_path / "pyserini"), "--model", "fake:cls",
-                                      "--out", str(tmp_path / "ix"), "--ann", "pqscan", "--rescore", "77"])
+                                      "--out", str(tmp_path / "ix"), "--ann", "pqscan", "--pqscan-margin", "0.07",
+                                      "--rescore", "77"])
     assert result.exit_code == 0, result.output
     recorded = load_index(tmp_path / "ix").manifest["first_stage"]
-    assert recorded["rescore"] == 77 and recorded["calibration"]["target_recall"] is None
+    assert recorded["margin"] == 0.07 and recorded["rescore"] == 77
+    assert recorded["calibration"]["target_recall"] is None
     assert recorded["calibration"]["reached"] is None and len(recorded["calibration"]["curve"]) > 3

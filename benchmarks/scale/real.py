@@ -82,7 +82,8 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
     """One ``--ann`` choice written over ``values`` as a build writes it, calibrated as a build does, swept."""
     with tempfile.TemporaryDirectory(prefix=f"densehybrid-real-{name}-") as tmp:
         staged = Path(tmp)
-        (staged / "docs.sqlite").symlink_to((index_dir / "docs.sqlite").resolve())  # the texts to cut from
+        for shared in ("docs.sqlite", "vectors.faiss"):  # the texts to cut queries from, the rows the exact scan reads
+            (staged / shared).symlink_to((index_dir / shared).resolve())
         started = time.perf_counter()
         record = write_approximate(values, staged, CHOICES[name])
         built_s = time.perf_counter() - started

@@ -40,7 +40,7 @@ SENTENCE_WORDS = (4, 30)
 _EXACT_CHUNK = 65_536
 # the breadths measured, by first stage (capped by each engine's own maximum)
 GRIDS = {"hnsw": (16, 32, 64, 128, 256, 512, 1024, 2048),
-         "pqscan": (50, 100, 200, 300, 500, 1000, 2000),
+         "pqscan": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15),
          "ivf": tuple(2 ** i for i in range(11))}
 
 
@@ -156,13 +156,13 @@ def store_of(staged: Path, record: dict, values: np.ndarray):
                                    None, (), config.nprobe)
     config = pqscan_engine.PQScanConfig.from_dict(record)
     return pqscan_engine.PQScanStore(pqscan_engine.read_pqscan(staged / pqscan_engine.ANN_FILE, count, dim, config),
-                                     values, None, (), config.rescore)
+                                     values, None, (), config.rescore, config.margin)
 
 
-def grid(record: dict, count: int) -> list[int]:
+def grid(record: dict, count: int) -> list[float]:
     """The breadths measured for ``record``'s first stage over ``count`` rows."""
     kind = record["type"]
-    cap = {"hnsw": hnsw_engine.MAX_EF_SEARCH, "pqscan": min(pqscan_engine.MAX_RESCORE, count),
+    cap = {"hnsw": hnsw_engine.MAX_EF_SEARCH, "pqscan": pqscan_engine.MAX_MARGIN,
            "ivf": int(record.get("nlist", 1))}[kind]
     return sorted({min(b, cap) for b in GRIDS[kind]})
 

@@ -37,7 +37,7 @@ def recall_at_k(found: np.ndarray, exact: np.ndarray) -> np.ndarray:
 class Point:
     """One breadth's measurement over the calibration queries."""
 
-    breadth: int
+    breadth: float  # ef_search, nprobe (whole numbers) or a pqscan margin
     recall: float  # mean recall@10
     exact_share: float  # share of queries whose top 10 is the exact one entire
     p50_ms: float
@@ -49,7 +49,7 @@ class Point:
 
     @classmethod
     def from_dict(cls, record: dict) -> "Point":
-        return cls(int(record["breadth"]), float(record["recall_at_10"]), float(record["exact_top10"]),
+        return cls(record["breadth"], float(record["recall_at_10"]), float(record["exact_top10"]),
                    float(record["p50_ms"]), float(record["p99_ms"]))
 
 
@@ -64,7 +64,7 @@ def measure(search: Search, queries: int, exact: np.ndarray, breadths: Sequence[
             found.append(search(number, breadth))
             samples.append((time.perf_counter() - started) * 1000.0)
         recalls = recall_at_k(np.asarray(found), exact)
-        points.append(Point(int(breadth), float(recalls.mean()), float((recalls == 1.0).mean()),
+        points.append(Point(breadth, float(recalls.mean()), float((recalls == 1.0).mean()),
                             float(np.percentile(samples, 50)), float(np.percentile(samples, 99))))
     return points
 
@@ -93,7 +93,7 @@ def breadth_for(curve: Sequence[dict], recall: float) -> dict:
     return choose(points, recall).point.to_dict()
 
 
-def recall_at(curve: Sequence[dict], breadth: int) -> float | None:
+def recall_at(curve: Sequence[dict], breadth: float) -> float | None:
     """The recall the manifest curve measured at ``breadth``, or for a breadth between its points the recall of
     the widest one below it (a wider search finds at least as much); None below the narrowest."""
     below = [p["recall_at_10"] for p in curve if p["breadth"] <= breadth]

@@ -56,7 +56,7 @@ def vector_index(first_stage: dict) -> dict:
     """``add_index`` arguments of a collection's vectors for a local index's first stage: Milvus's own HNSW
     with the graph's ``M`` and ``efConstruction`` for an ``hnsw`` index, its IVF with the lists' ``nlist``
     for an ``ivf`` one (IVF_SQ8 for 8-bit codes; Milvus has no float16 lists, so IVF_FLAT for ``fp16``),
-    else FLAT (exact); metric IP."""
+    else FLAT (exact: also for ``pqscan``, a scan of every row, which Milvus answers exactly); metric IP."""
     if first_stage.get("type") == "hnsw":
         return {"index_type": "HNSW", "metric_type": "IP",
                 "params": {"M": int(first_stage["m"]), "efConstruction": int(first_stage["ef_construction"])}}

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 # the breadth of each approximate first stage, by its type: the field of SearchParams (and of a request) that
 # sets it, the manifest entry that holds its default, and the knob its recall calibration measures
-BREADTH = {"hnsw": "ef_search", "ivf": "nprobe", "pqscan": "rescore"}
+BREADTH = {"hnsw": "ef_search", "ivf": "nprobe", "pqscan": "margin"}
+# every search field a first stage takes: its breadth, and for pqscan the least candidates it rescores
+SEARCH_FIELDS = {"hnsw": ("ef_search",), "ivf": ("nprobe",), "pqscan": ("margin", "rescore")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,8 +29,9 @@ class SearchParams:
     ``dhr``/``fusion`` (``index.search.fusion``; None: the index's, or the raw λ sum when ``lam`` is
     given), with ``dense_weight`` and ``rrf_k`` (None: the index's); ``filter`` an
     ``index.search.filters`` node (hashable: equal filters search together); ``ef_search`` the graph
-    breadth of an ``hnsw`` first stage, ``nprobe`` the lists an ``ivf`` one scans and ``rescore`` the
-    candidates a ``pqscan`` one scores again exactly (None: the index's; other first stages ignore them);
+    breadth of an ``hnsw`` first stage, ``nprobe`` the lists an ``ivf`` one scans, ``margin`` how far below
+    the k-th best code score a ``pqscan`` one still rescores and ``rescore`` the least it rescores (None: the
+    index's; other first stages ignore them);
     ``row_limit``
     searches rows ``0 .. row_limit - 1`` of the stored index only (None: all): the start-up warm-up's
     search, which must not read every row of a memory-mapped index."""
@@ -46,6 +49,7 @@ class SearchParams:
     filter: Filter | None = None
     ef_search: int | None = None
     nprobe: int | None = None
+    margin: float | None = None
     rescore: int | None = None
     row_limit: int | None = None
 

@@ -25,7 +25,7 @@ from densehybrid.index.search import fusion, gip
 from densehybrid.index.errors import IndexMismatchError, SearchError
 from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.mix import resolve_mix
-from densehybrid.index.search.params import BREADTH, SearchParams
+from densehybrid.index.search.params import SEARCH_FIELDS, SearchParams
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
@@ -127,8 +127,8 @@ class Searcher:
         kept = {} if selection is None else {"selection": selection}
         if params.first_stage == "approx_gip":  # a scan of the query's active columns: no graph to widen
             return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
-        knob = BREADTH.get(self.first_stage)
-        kept |= {knob: getattr(params, knob)} if knob and getattr(params, knob) is not None else {}
+        kept |= {field: getattr(params, field) for field in SEARCH_FIELDS.get(self.first_stage, ())
+                 if getattr(params, field) is not None}
         return self.store.inner_product(xq, depth, **kept)
 
     def _ranked_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,

@@ -73,8 +73,9 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
             if pqscan_engine.is_pqscan(self.manifest["first_stage"]):
-                rescore = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"]).rescore
-                return pqscan_engine.PQScanStore(self.ann, self.values, self.gates, self.doc_ids, rescore)
+                config = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"])
+                return pqscan_engine.PQScanStore(self.ann, self.values, self.gates, self.doc_ids, config.rescore,
+                                                 config.margin)
             if ivf_engine.is_ivf(self.manifest["first_stage"]):
                 nprobe = ivf_engine.IVFConfig.from_dict(self.manifest["first_stage"]).nprobe
                 return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe)

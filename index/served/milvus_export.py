@@ -135,7 +135,8 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     and the export continues from there. The record is marked complete last; loading
     refuses a collection whose export has not finished.
     """
-    if index.manifest["first_stage"].get("type") not in ("flat_ip", "hnsw", "ivf"):  # the rows exact, not PQ codes
+    # the rows exact, not IndexPQ's codes (a pqscan index keeps its exact rows beside its codes)
+    if index.manifest["first_stage"].get("type") not in ("flat_ip", "hnsw", "ivf", "pqscan"):
         raise IndexAccessError(f"{index.path}: export needs the exact flat_ip first stage (this index has "
                               f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()

@@ -26,7 +26,7 @@ from densehybrid.index.writes.merged import live_ids, merged_search
 from densehybrid.index.writes.compaction import FoldWorker
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.served.loading import load_index
-from densehybrid.index.search.params import BREADTH, SearchParams
+from densehybrid.index.search.params import SEARCH_FIELDS, SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.search.served import ManifestView, SearchResults, ServedIndex, StoredIndex
 from densehybrid.index.writes.wal import Change, WriteAheadLog
@@ -103,16 +103,17 @@ class LiveIndex(ManifestView, ServedIndex):
     @property
     def first_stage(self) -> dict:
         """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|ivf|pqscan|milvus} and, for a graph, its
-        default ``ef_search`` (for inverted lists, its default ``nprobe``; for product codes, ``rescore``), with
+        default ``ef_search`` (for inverted lists, its default ``nprobe``; for product codes, ``margin`` and
+        ``rescore``), with
         the build's recall calibration when it has one."""
         store = self._state.searcher.store
         ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
         ef |= {"nprobe": store.nprobe} if store.first_stage == "ivf" else {}
         if self.base.remote:
             return {"type": "milvus", "index_type": store.index_type, **ef}
-        knob = BREADTH.get(store.first_stage)
-        ef = {knob: getattr(store, knob)} if knob else {}
-        calibration = self.base.manifest["first_stage"].get("calibration") if knob else None
+        knobs = SEARCH_FIELDS.get(store.first_stage, ())
+        ef = {knob: getattr(store, knob) for knob in knobs}
+        calibration = self.base.manifest["first_stage"].get("calibration") if knobs else None
         return {"type": store.first_stage, **ef, **({"calibration": calibration} if calibration else {})}
 
     @property
