@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 K = calibration.K
 CHOICES = {"hnsw": HNSWConfig(), "ivf": IVFConfig(), "pqscan": PQScanConfig()}
 PEER_GRID = (16, 32, 64, 128, 256, 512, 1024, 2048)
+FIXED_RESCORE = (50, 100, 200, 300, 500, 1000)
 
 
 def read_queries(spec: str) -> tuple[str, list[str]]:
@@ -72,7 +73,8 @@ def sweep(search, groups: dict[str, np.ndarray], exact: dict[str, np.ndarray], b
             point[name] = {"recall_at_10": round(float(recalls.mean()), 4),
                            "exact_top10": round(float((recalls == 1.0).mean()), 4)}
         timing = summarize(samples)
-        points.append(point | {"p50_ms": round(timing.p50, 3), "p99_ms": round(timing.p99, 3)})
+        points.append(point | {"p50_ms": round(timing.p50, 3), "p99_ms": round(timing.p99, 3),
+                               "mean_ms": round(timing.mean, 3)})
         log.info("breadth %d: %s, p50 %.2f ms", breadth,
                  ", ".join(f"{n} {point[n]['recall_at_10']:.3f}" for n in groups), timing.p50)
     return points
@@ -97,7 +99,13 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
             return store.inner_product(q, K, **{knob: breadth})[1][0]
 
         points = sweep(search, groups, exact, calibrate.grid(calibrated, len(values)))
-    return {"choice": name, "knob": knob, "build_s": round(built_s, 1),
+        fixed = None
+        if name == "pqscan":  # the margin against a fixed number of candidates rescored, at equal mean latency
+            def fixed_search(q, rescored):
+                return store.inner_product(q, K, margin=0.0, rescore=rescored)[1][0]
+
+            fixed = sweep(fixed_search, groups, exact, FIXED_RESCORE)
+    return {"choice": name, "knob": knob, "build_s": round(built_s, 1), "fixed_rescore_sweep": fixed,
             "calibration_s": calibrated["calibration"]["seconds"], "files": files,
             "calibrated": {"breadth": calibrated[knob], "reached": calibrated["calibration"]["reached"],
                            "stated_recall": calibration.recall_at(calibrated["calibration"]["curve"], calibrated[knob])},
@@ -189,10 +197,14 @@ def markdown(result: dict) -> str:
              "|---|---|" + "---|" * len(names) + "---|---|",
              f"| flat (exact) | - | {' | '.join('1.000' for _ in names)} | {result['flat']['p50_ms']} | {result['flat']['p99_ms']} |"]
     for row in result["choices"] + result["peers"]:
-        for p in row["sweep"]:
-            mark = " (calibrated)" if row.get("calibrated", {}).get("breadth") == p["breadth"] else ""
-            cells = " | ".join(f"{p[n]['recall_at_10']:.3f} ({p[n]['exact_top10']:.2f})" for n in names)
-            lines.append(f"| {row['choice']} | {row['knob']} {p['breadth']}{mark} | {cells} | {p['p50_ms']} | {p['p99_ms']} |")
+        sweeps = [(row["choice"], row["knob"], row["sweep"])]
+        if row.get("fixed_rescore_sweep"):
+            sweeps.append((f"{row['choice']}, margin 0", "rescore", row["fixed_rescore_sweep"]))
+        for choice, knob, points in sweeps:
+            for p in points:
+                mark = " (calibrated)" if knob == row["knob"] and row.get("calibrated", {}).get("breadth") == p["breadth"] else ""
+                cells = " | ".join(f"{p[n]['recall_at_10']:.3f} ({p[n]['exact_top10']:.2f})" for n in names)
+                lines.append(f"| {choice} | {knob} {p['breadth']}{mark} | {cells} | {p['p50_ms']} | {p['p99_ms']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -206,10 +218,14 @@ def plot(result: dict, path: Path) -> Path:
     names = list(result["queries"])
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for row in result["choices"] + result["peers"]:
-        x = [p["p50_ms"] for p in row["sweep"]]
-        y = [min(p[n]["recall_at_10"] for n in names) for p in row["sweep"]]
         ours = row in result["choices"]
-        axes.plot(x, y, marker="o" if ours else "x", linestyle="-" if ours else "--", label=row["choice"])
+        curves = [(row["choice"], row["sweep"])]
+        if row.get("fixed_rescore_sweep"):
+            curves.append((f"{row['choice']} (fixed rescore)", row["fixed_rescore_sweep"]))
+        for label, points in curves:
+            x = [p["p50_ms"] for p in points]
+            y = [min(p[n]["recall_at_10"] for n in names) for p in points]
+            axes.plot(x, y, marker="o" if ours else "x", linestyle="-" if ours else "--", label=label)
     axes.axvline(result["flat"]["p50_ms"], color="grey", linestyle=":", label="flat (exact) p50")
     axes.set_xscale("log")
     axes.set_xlabel("first stage p50, ms (batch 1, one thread)")

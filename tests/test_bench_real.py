@@ -1,0 +1,34 @@
+"""``bench.scale.real``: approximate first stages on a corpus's own index, against its exact scan, per query group."""
+
+import json
+
+from typer.testing import CliRunner
+
+from densehybrid.bench.scale import real
+from densehybrid.cli.demo_corpus import write_stdlib_corpus
+from densehybrid.cli.main import app
+
+
+def test_every_choice_and_breadth_is_measured_per_group_beside_the_calibration(tmp_path, fake_models):
+    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=600)
+    result = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model",
+                                      "fake:cls", "--out", str(tmp_path / "index"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    for name, chosen in (("near", texts[:20]), ("far", ["how tall is the eiffel tower", "best pasta recipe"])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n"
+                                                         for i, t in enumerate(chosen)))
+    out = real.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}:10", f"far={tmp_path / 'far.jsonl'}"],
+                   ["pqscan", "ivf"], [])
+    assert out["rows"] == 600 and out["queries"] == {"near": 10, "far": 2}
+    pqscan, ivf = out["choices"]
+    assert (pqscan["knob"], ivf["knob"]) == ("margin", "nprobe")
+    for row in (pqscan, ivf):
+        assert row["calibrated"]["breadth"] in [p["breadth"] for p in row["sweep"]]
+        for point in row["sweep"]:
+            assert 0 <= point["far"]["recall_at_10"] <= 1 and point["p99_ms"] >= point["p50_ms"] > 0
+    assert ivf["sweep"][-1]["near"]["recall_at_10"] == 1.0  # every list scanned: the exact top 10
+    assert [p["breadth"] for p in pqscan["fixed_rescore_sweep"]] == list(real.FIXED_RESCORE)
+    table = real.markdown(out)
+    assert "| pqscan, margin 0 | rescore 50 |" in table and "(calibrated)" in table
+    assert real.plot(out, tmp_path / "real.png").stat().st_size > 1000
