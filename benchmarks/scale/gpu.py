@@ -100,7 +100,7 @@ def first_stage(index_dir: Path, device: str, repeats: int) -> dict:
         out[f"k{k}"] = {"ms": timed.to_dict(), "scan_gbps": round(scanned, 1),
                         "fraction_of_copy_bandwidth": ratio(scanned, reference)}
     out["split_chosen"] = {k: choice for graphed in resident.graphed for k, choice in graphed.choices().items()}
-    del store, resident, index
+    store = resident = index = None  # the rows leave the device before the server takes it
     gc.collect()
     if on_gpu:
         torch.cuda.empty_cache()

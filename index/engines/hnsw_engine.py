@@ -123,6 +123,12 @@ def searched_exactly(selection: Selection | None) -> bool:
                                       or selection.fraction < EXACT_KEPT_FRACTION)
 
 
+def kept_exactly(xq: np.ndarray, values: np.ndarray, selection: Selection, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top ``depth`` over the rows ``selection`` keeps, read from ``values`` (a filter that keeps few)."""
+    return exact_over(xq, lambda rows: np.asarray(values[rows], dtype=np.float32), np.flatnonzero(selection.mask),
+                      depth)
+
+
 class HnswStore(HostRows, VectorStore):
     """HNSW candidates, exact scores: ``hnsw`` (an IndexHNSW over the N rows), values (N, dim) float16 or
     float32, the stored copy memory-mapped, gates (N, G) uint8 or None; ``ef_search`` the default graph breadth per query;
@@ -143,8 +149,7 @@ class HnswStore(HostRows, VectorStore):
             raise SearchError(f"ef_search must be in 1..{MAX_EF_SEARCH}, got {ef_search}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return exact_over(xq, lambda rows: np.asarray(self.values[rows], dtype=np.float32),
-                              np.flatnonzero(selection.mask), depth)
+            return kept_exactly(xq, self.values, selection, depth)
         # the graph keeps its ef best anyway: reading all of them costs nothing and the exact
         # rescoring then orders the top ``depth`` by exact scores
         breadth = max(ef_search or self.ef_search, depth)

@@ -19,8 +19,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.engines.faiss_engine import exact_over, search as faiss_search
-from densehybrid.index.engines.hnsw_engine import ENCODINGS, rescore, searched_exactly
+from densehybrid.index.engines.faiss_engine import search as faiss_search
+from densehybrid.index.engines.hnsw_engine import ENCODINGS, kept_exactly, rescore, searched_exactly
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -115,8 +115,7 @@ class IvfStore(HostRows, VectorStore):
             raise SearchError(f"nprobe must be in 1..{MAX_NPROBE}, got {nprobe}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return exact_over(xq, lambda rows: np.asarray(self.values[rows], dtype=np.float32),
-                              np.flatnonzero(selection.mask), depth)
+            return kept_exactly(xq, self.values, selection, depth)
         probes, wanted = min(nprobe or self.nprobe, self.ivf.nlist), max(depth, MIN_RESCORED)
         rows = self._candidates(xq, wanted, probes, selection)
         # A filter's kept rows near a query are about as likely to sit in its nearest lists as the dropped

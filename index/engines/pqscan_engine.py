@@ -36,8 +36,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.engines.faiss_engine import exact_over
-from densehybrid.index.engines.hnsw_engine import searched_exactly
+from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -136,8 +135,7 @@ class PQScanStore(HostRows, VectorStore):
             raise SearchError(f"margin must be in 0..{MAX_MARGIN}, got {margin}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return exact_over(xq, lambda rows: np.asarray(self.values[rows], dtype=np.float32),
-                              np.flatnonzero(selection.mask), depth)
+            return kept_exactly(xq, self.values, selection, depth)
         least = max(rescore or self.rescore, depth)
         margin = self.margin if margin is None else margin
         wanted = max(least, MAX_WITHIN_MARGIN) if margin > 0 else least
