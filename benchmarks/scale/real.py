@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import tempfile
 import time
@@ -87,7 +88,8 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
         for shared in ("docs.sqlite", "vectors.faiss"):  # the texts to cut queries from, the rows the exact scan reads
             (staged / shared).symlink_to((index_dir / shared).resolve())
         started = time.perf_counter()
-        record = write_approximate(values, staged, CHOICES[name])
+        with faiss_engine.omp_threads(os.cpu_count() or 1):  # built as a build builds it: every core
+            record = write_approximate(values, staged, CHOICES[name])
         built_s = time.perf_counter() - started
         queries = calibrate.queries_for(encoder, staged, values)
         calibrated = calibrate.calibrate(staged, record, values, queries, calibration.DEFAULT_TARGET)

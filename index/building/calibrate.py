@@ -190,13 +190,13 @@ def calibrate(staged: Path, record: dict, values: np.ndarray, queries: Calibrati
              "seconds": round(time.perf_counter() - started, 2), "curve": [p.to_dict() for p in points]}
     default_ms = next(p.p50_ms for p in points if p.breadth == default) if chosen else None
     if default_ms is not None and default_ms >= exact_ms:
-        log.warning("%s at %s %d takes %.2f ms a query, the exact scan of these %d rows %.2f ms: --ann flat "
+        log.warning("%s at %s %g takes %.2f ms a query, the exact scan of these %d rows %.2f ms: --ann flat "
                     "serves them exactly and as fast", record["type"], knob, default, default_ms, len(values), exact_ms)
     if chosen is not None and not chosen.reached:
-        log.warning("%s: no %s of the grid keeps recall@10 %.3f on the calibration queries; the default is %d, "
+        log.warning("%s: no %s of the grid keeps recall@10 %.3f on the calibration queries; the default is %g, "
                     "the best measured (%.3f)", record["type"], knob, target, default, chosen.point.recall)
     elif chosen is not None:
-        log.info("%s: %s %d keeps recall@10 %.3f >= %.3f (p50 %.2f ms) on %d calibration queries (%.1f s)",
+        log.info("%s: %s %g keeps recall@10 %.3f >= %.3f (p50 %.2f ms) on %d calibration queries (%.1f s)",
                  record["type"], knob, default, chosen.point.recall, target, chosen.point.p50_ms,
                  len(queries.vectors), entry["seconds"])
     return {**record, knob: default, "calibration": entry}

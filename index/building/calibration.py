@@ -77,17 +77,18 @@ class Choice:
 
 
 def choose(points: Sequence[Point], target: float) -> Choice:
-    """The cheapest breadth whose recall reaches ``target``; without one, the breadth of the best recall."""
+    """The narrowest breadth whose recall reaches ``target`` (a wider one costs more: chosen by breadth, not by
+    latencies measured on a machine that may be busy); without one, the breadth of the best recall."""
     if not points:
         raise ValueError("no breadth was measured")
     reaching = [p for p in points if p.recall >= target]
     if reaching:
-        return Choice(min(reaching, key=lambda p: (p.p50_ms, p.breadth)), True, target)
+        return Choice(min(reaching, key=lambda p: p.breadth), True, target)
     return Choice(max(points, key=lambda p: (p.recall, -p.breadth)), False, target)
 
 
 def breadth_for(curve: Sequence[dict], recall: float) -> dict:
-    """The manifest curve's cheapest point (a ``Point.to_dict``) whose recall reaches ``recall``; the best one
+    """The manifest curve's narrowest point (a ``Point.to_dict``) whose recall reaches ``recall``; the best one
     there is when none does."""
     points = [Point.from_dict(p) for p in curve]
     return choose(points, recall).point.to_dict()
