@@ -98,6 +98,12 @@ def cut(doc: Document, window: int, rng: np.random.Generator, sentence_words: tu
     return "window", " ".join(words[start:start + window]), " ".join(words[:start] + words[start + window:])
 
 
+def keyword_query(doc: Document, window: int, kept: int, rng: np.random.Generator) -> str:
+    """A seeded window of ``window`` consecutive words among the first ``kept`` of the passage as the
+    index encoded it (title, then text), which stays whole as the query's answer."""
+    return pseudo_query(" ".join(_text(doc).split()[:kept]), window, rng)
+
+
 def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates: np.ndarray,
            config: AutoFusionConfig = AutoFusionConfig(), *, query_prompt: str = "",
            passage_prompt: str = "") -> dict:
@@ -127,7 +133,7 @@ def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates
     gains = _paraphrase_gains(encoder, queries, answers, values, gates, rows, source, depth, config,
                               query_prompt, passage_prompt)
     kept = max(2 * config.window, int(WORDS_PER_TOKEN * encoder.spec.max_passage_length))
-    keywords = [pseudo_query(" ".join(_text(docs[rows[c]]).split()[:kept]), config.window, rng) for c in picked]
+    keywords = [keyword_query(docs[rows[column]], config.window, kept, rng) for column in picked]
     lexical, dense = part_scores(*_queries(encoder, keywords, query_prompt), values, gates, rows)
     keyword_gains = mix_choice.weight_gains(lexical, dense, source, depth)
     weight, bounds, rule = mix_choice.style_choice(gains, keyword_gains)
