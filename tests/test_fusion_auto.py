@@ -227,6 +227,14 @@ def test_the_manifest_records_the_choice_and_its_statistics(auto_index):
     assert chosen["pseudo_queries"] == 200 and chosen["windows"] == 200 and chosen["pool"] == 240
     assert chosen["sentences"] == chosen["titles"] == 0  # the corpus has no titles and no end marks
     assert len(chosen["pseudo_ndcg_at_10"]) == len(chosen["weights"]) == len(mix_choice.WEIGHTS)
+    assert len(chosen["keyword_ndcg_at_10"]) == len(chosen["worst_regret"]) == len(mix_choice.WEIGHTS)
+    # the worst regret is the larger of the two styles' shares lost, from the recorded curves
+    for curve in (chosen["pseudo_ndcg_at_10"], chosen["keyword_ndcg_at_10"]):
+        lost = [(max(curve) - g) / max(curve) if max(curve) > 0 else 0.0 for g in curve]
+        assert all(w >= x - 0.02 for w, x in zip(chosen["worst_regret"], lost))  # the curves are rounded
+    if chosen["bounds"] == list(mix_choice.BOUNDS):  # the hedge: no weight inside the bounds loses less at worst
+        inside = [r for w, r in zip(chosen["weights"], chosen["worst_regret"]) if 0.2 - 1e-9 <= w <= 0.8 + 1e-9]
+        assert chosen["worst_regret"][chosen["weights"].index(chosen["dense_weight"])] <= min(inside) + 2e-4
     assert index.auto_mix == ("zscore", chosen["dense_weight"])
 
 

@@ -13,11 +13,16 @@ part, which matches words exactly):
 - one with neither gives a window of ``window`` consecutive words at a seeded position,
   and the answer is the passage with the window taken out.
 
+These are the *paraphrases*. The same passages also give *keyword* queries: a seeded window of
+``window`` of their words, left in the passage, which is its answer as the index stores it (every
+word matches, so the lexical part looks as strong as it can; the paraphrases make it look as weak).
+
 The answers are encoded as passages and take their source's place in a pool of sampled passages;
 the queries are encoded as queries. ``mix_choice`` then scores the ``zscore`` mix at each dense
-weight on them and keeps the equal mix unless a lopsided one is clearly better, within bounds that
-only a part failing the pseudo-queries lifts. The choice and its
-statistics go into the manifest's ``fusion`` entry; searches that ask for no method use it.
+weight on both styles and keeps the weight that loses least, in share of each style's best, to
+whichever style the users' queries turn out closer to; a part that fails the paraphrases is dropped
+unless keeping it is clearly better. The choice and its statistics go into the manifest's ``fusion``
+entry; searches that ask for no method use it.
 
 ``lambda_auto`` (``--lambda auto``) is left as it was: its verbatim windows measure score scales
 (the λ of the raw sum), where an exact match is what it needs; this module judges usefulness.
@@ -37,13 +42,16 @@ import numpy as np
 from densehybrid.encoder.base import Encoder
 from densehybrid.encoder.batches import encode_all
 from densehybrid.index.building import mix_choice
-from densehybrid.index.building.lambda_auto import part_scores
+from densehybrid.index.building.lambda_auto import part_scores, pseudo_query
 from densehybrid.index.search import fusion
 from densehybrid.index.storage.documents import Document
 
 log = logging.getLogger(__name__)
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# a keyword window is drawn from a passage's first words, as many as its encoding surely kept
+# (wordpiece English runs at about 1.3 tokens a word)
+WORDS_PER_TOKEN = 0.6
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,12 @@ def cut(doc: Document, window: int, rng: np.random.Generator, sentence_words: tu
     return "window", " ".join(words[start:start + window]), " ".join(words[:start] + words[start + window:])
 
 
+def keyword_query(doc: Document, window: int, kept: int, rng: np.random.Generator) -> str:
+    """A seeded window of ``window`` consecutive words among the first ``kept`` of the passage as the
+    index encoded it (title, then text), which stays whole as the query's answer."""
+    return pseudo_query(" ".join(_text(doc).split()[:kept]), window, rng)
+
+
 def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates: np.ndarray,
            config: AutoFusionConfig = AutoFusionConfig(), *, query_prompt: str = "",
            passage_prompt: str = "") -> dict:
@@ -112,26 +126,53 @@ def choose(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates
         return {"method": "zscore", "dense_weight": fusion.DEFAULT_DENSE_WEIGHT, "pseudo_queries": len(picked),
                 "note": "too few passages long enough for a pseudo-query: the equal mix"}
     kinds, queries, answers = zip(*cuts)
-    xq = encoder.encode(list(queries), "query", prompt=query_prompt)
-    answered = encode_all(encoder, [passage_prompt + a for a in answers], "passage", config.batch_size,
-                          by_length=True)
-    lexical, dense = part_scores(xq.values, xq.gates, values, gates, rows)
-    own = np.arange(len(picked))
-    own_lexical, own_dense = part_scores(xq.values, xq.gates, answered.values, answered.gates, own)
     source = np.asarray(picked)
-    lexical[own, source], dense[own, source] = own_lexical[own, own], own_dense[own, own]
     # each part's candidates go as deep into the pool as a search's go into the collection
     depth = max(mix_choice.CUTOFF,
                 min(len(rows), math.ceil(config.candidates * len(rows) / max(len(docs), 1))))
-    gains = mix_choice.weight_gains(lexical, dense, source, depth)
-    weight, bounds = mix_choice.bounded_choice(gains)
+    gains = _paraphrase_gains(encoder, queries, answers, values, gates, rows, source, depth, config,
+                              query_prompt, passage_prompt)
+    kept = max(2 * config.window, int(WORDS_PER_TOKEN * encoder.spec.max_passage_length))
+    keywords = [keyword_query(docs[rows[column]], config.window, kept, rng) for column in picked]
+    lexical, dense = part_scores(*_queries(encoder, keywords, query_prompt), values, gates, rows)
+    keyword_gains = mix_choice.weight_gains(lexical, dense, source, depth)
+    weight, bounds, rule = mix_choice.style_choice(gains, keyword_gains)
+    worst = np.max([mix_choice.relative_regret(g) for g in (gains, keyword_gains)], axis=0)
     seconds = time.perf_counter() - start
-    log.info("auto fusion: zscore with dense weight %.1f from %d pseudo-queries against %d passages (%.1f s)",
-             weight, len(picked), len(rows), seconds)
-    return {"method": "zscore", "dense_weight": weight, "rule": "one standard error from the equal mix, within bounds",
-            "bounds": list(bounds),
+    log.info("auto fusion: zscore with dense weight %.1f from %d pseudo-queries of each style against %d passages"
+             " (%.1f s)", weight, len(picked), len(rows), seconds)
+    return {"method": "zscore", "dense_weight": weight, "rule": rule, "bounds": list(bounds),
             "pseudo_queries": len(picked), "titles": kinds.count("title"), "sentences": kinds.count("sentence"),
             "windows": kinds.count("window"),
             "pool": int(len(rows)), "depth": depth, "window": config.window, "seed": config.seed,
-            "weights": list(mix_choice.WEIGHTS), "pseudo_ndcg_at_10": [round(float(g), 4) for g in gains.mean(axis=1)],
+            "weights": list(mix_choice.WEIGHTS), "pseudo_ndcg_at_10": _rounded(gains.mean(axis=1)),
+            "keyword_ndcg_at_10": _rounded(keyword_gains.mean(axis=1)), "worst_regret": _rounded(worst),
             "seconds": round(seconds, 2)}
+
+
+def _text(doc: Document) -> str:
+    """A passage's text as the index encoded it (title, then text)."""
+    return f"{doc.title} {doc.text}" if doc.title else doc.text
+
+
+def _queries(encoder: Encoder, texts: Sequence[str], prompt: str) -> tuple[np.ndarray, np.ndarray]:
+    encoded = encoder.encode(list(texts), "query", prompt=prompt)
+    return encoded.values, encoded.gates
+
+
+def _paraphrase_gains(encoder: Encoder, queries: Sequence[str], answers: Sequence[str], values: np.ndarray,
+                      gates: np.ndarray, rows: np.ndarray, source: np.ndarray, depth: int, config: AutoFusionConfig,
+                      query_prompt: str, passage_prompt: str) -> np.ndarray:
+    """(W, Q) gains of the paraphrases: each answer, encoded as a passage, in its source's place in the pool."""
+    xq, gq = _queries(encoder, queries, query_prompt)
+    answered = encode_all(encoder, [passage_prompt + a for a in answers], "passage", config.batch_size,
+                          by_length=True)
+    lexical, dense = part_scores(xq, gq, values, gates, rows)
+    own = np.arange(len(source))
+    own_lexical, own_dense = part_scores(xq, gq, answered.values, answered.gates, own)
+    lexical[own, source], dense[own, source] = own_lexical[own, own], own_dense[own, own]
+    return mix_choice.weight_gains(lexical, dense, source, depth)
+
+
+def _rounded(values: np.ndarray) -> list[float]:
+    return [round(float(v), 4) for v in values]

@@ -6,17 +6,20 @@ column of its row in the part scores (Q, P) against a pool of P passages. Every 
 over the union of each part's own top ``depth``) and is scored by the nDCG@10 of the one source
 (``1 / log2(1 + rank)`` within the top 10, else 0).
 
-The rule (:func:`choose_weight`) keeps the weight of the a-priori equal mix (``prior``, ½) unless the
-pseudo-queries show it to be worse: it takes the weight nearest the prior whose mean gain is within
-one standard error (of the paired per-query difference) of the best weight's, the "one standard
-error" rule of model selection. A part that is much weaker on the collection pulls the best weight,
-and so the choice, towards the other part; parts of equal use leave it at the prior.
+Two styles of pseudo-query bracket the users' queries, whose style the corpus cannot tell: a
+*keyword* query (a window of the passage's own words, the passage its answer: every word matches, so
+the lexical part looks as strong as it can) and a *paraphrase* (a sentence cut out of its passage:
+no word is left to match verbatim, so the lexical part looks as weak as it can). The rule
+(:func:`style_choice`) takes the weight whose worse relative regret over the two styles is the
+smallest (:func:`hedged_weight`): the mix that loses least, in shares of each style's best,
+whichever style the users' queries are closer to. It stays within ``BOUNDS`` (each part keeps at
+least a fifth of the mix).
 
-Pseudo-queries are not the users' queries, so how far they may pull is bounded: the choice stays
-within ``BOUNDS`` (each part keeps at least a fifth of the mix) unless one part alone finds less
-than ``USELESS_SHARE`` of what the other alone finds (:func:`one_part_fails`). Such a part is
-dropped: the rule then starts from the other part alone instead of the equal mix, and keeps a mix
-only where one is better by more than a standard error.
+A part that fails the paraphrases (alone under ``USELESS_SHARE`` of what the other part alone finds,
+:func:`one_part_fails`) is dropped unless keeping it is clearly better (:func:`bounded_choice`): the
+one-standard-error rule (:func:`choose_weight`) starting from the other part alone, within [0, 1],
+keeps a mix only where one beats that part alone by more than a standard error of the paired
+per-query difference.
 """
 
 from __future__ import annotations
@@ -103,3 +106,32 @@ def bounded_choice(gains: np.ndarray, weights: tuple[float, ...] = WEIGHTS,
         return choose_weight(gains, weights, prior, BOUNDS), BOUNDS
     survivor = 1.0 if gains[-1].mean() > gains[0].mean() else 0.0
     return choose_weight(gains, weights, survivor, (0.0, 1.0)), (0.0, 1.0)
+
+
+def relative_regret(gains: np.ndarray) -> np.ndarray:
+    """(W,) the share of the best weight's mean gain that each weight's mean gain falls short of, over
+    ``gains`` (W, Q); all 0 when no weight gains anything."""
+    means = gains.mean(axis=1)
+    best = float(means.max())
+    return (best - means) / best if best > 0 else np.zeros_like(means)
+
+
+def hedged_weight(styles: tuple[np.ndarray, ...], weights: tuple[float, ...] = WEIGHTS,
+                  prior: float = fusion.DEFAULT_DENSE_WEIGHT, bounds: tuple[float, float] = BOUNDS) -> float:
+    """The weight within ``bounds`` whose largest :func:`relative_regret` over ``styles`` (each (W, Q),
+    its own queries) is the smallest; of equal ones, the nearest ``prior``."""
+    worst = np.max([relative_regret(g) for g in styles], axis=0)
+    inside = [i for i, w in enumerate(weights) if bounds[0] - 1e-9 <= w <= bounds[1] + 1e-9]
+    return float(weights[min(inside, key=lambda i: (round(float(worst[i]), 12), abs(weights[i] - prior)))])
+
+
+def style_choice(paraphrase: np.ndarray, keyword: np.ndarray, weights: tuple[float, ...] = WEIGHTS
+                 ) -> tuple[float, tuple[float, float], str]:
+    """(weight, bounds, rule) from the gains (W, Q) of the paraphrase and the keyword pseudo-queries:
+    :func:`hedged_weight` over both within ``BOUNDS``; when a part fails the paraphrases
+    (:func:`one_part_fails`), :func:`bounded_choice` on them alone (the failed part is dropped unless
+    keeping it is clearly better)."""
+    if one_part_fails(paraphrase):
+        weight, bounds = bounded_choice(paraphrase, weights)
+        return weight, bounds, "a part fails the paraphrases: one standard error from the other part alone"
+    return hedged_weight((paraphrase, keyword), weights), BOUNDS, "least worst regret over keyword and paraphrase queries"
