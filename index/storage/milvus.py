@@ -142,10 +142,12 @@ def open_collection(uri: str, collection: str, *, timeout_s: float = 10.0, clien
     if int(dims.get("vector") or 0) != spec.dim or ("gates" in dims) != bool(spec.gated_dim):
         raise IndexLoadError(f"{where}: vector field of dim {dims.get('vector')} (gates: {'gates' in dims}), "
                              f"the manifest says dim {spec.dim} (gated {spec.gated_dim})")
-    call(uri, "load_collection", client.load_collection, collection)
-    stats = call(uri, "get_collection_stats", client.get_collection_stats, collection)
-    if int(stats.get("row_count", -1)) != int(manifest["count"]):
-        raise IndexLoadError(f"{where}: holds {stats.get('row_count')} rows, the manifest says {manifest['count']}")
+    # as long as it takes (a large collection loads for minutes); every other call is bounded by timeout_s
+    call(uri, "load_collection", client.load_collection, collection, timeout=None)
+    # count(*), not the collection's stats: a server's stats go on counting deleted rows until compaction
+    rows = call(uri, "query", client.query, collection, filter="", output_fields=["count(*)"])[0]["count(*)"]
+    if int(rows) != int(manifest["count"]):
+        raise IndexLoadError(f"{where}: holds {rows} rows, the manifest says {manifest['count']}")
     log.info("opened Milvus collection %s at %s: %s rows, kind %s", collection, uri, manifest["count"], spec.kind)
     described = call(uri, "describe_index", client.describe_index, collection, "vector")
     store = MilvusStore(client, uri, collection, spec.dim, spec.gated_dim, index_type=described["index_type"],
