@@ -17,7 +17,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.search import filters
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect
+from densehybrid.index.engines.milvus_engine import FETCH_SLICE, READ_CONSISTENCY, MilvusStore, call, connect
 from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.storage.milvus_export import read_meta
 from densehybrid.index.search.searcher import CpuSearch
@@ -40,7 +40,7 @@ class MilvusDocs:
             chunk = unique[s:s + FETCH_SLICE]
             expression = "doc_id in [" + ", ".join(json.dumps(i) for i in chunk) + "]"
             got = call(self.store.uri, "query", self.store.client.query, self.store.collection,
-                        filter=expression, output_fields=["doc_id", *fields])
+                        filter=expression, output_fields=["doc_id", *fields], consistency_level=READ_CONSISTENCY)
             found.update((e["doc_id"], e) for e in got)
         return found
 
