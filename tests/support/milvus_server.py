@@ -74,14 +74,16 @@ def _etcd_config(path: Path, client_port: int, peer_port: int) -> None:
 
 
 def _edit_config(milvus_yaml: Path, etcd_yaml: Path) -> None:
-    """The embedded etcd's config file; and a SIGTERM stop bounded by the server itself, as an orchestrator
-    bounds it (2.3.5 waits up to 1800 s, and its stop does not finish here: its components keep retrying
-    the root coordinator that stopped first)."""
+    """The embedded etcd's config file; the components' own address 127.0.0.1 (by default the machine's first
+    address, which they then call each other on); and a SIGTERM stop bounded by the server itself, as an
+    orchestrator bounds it (2.3.5 waits up to 1800 s, and its stop does not finish here: its components keep
+    retrying the root coordinator that stopped first)."""
     text = milvus_yaml.read_text()
-    for old, new in (("\netcd:\n", f"\netcd:\n  config:\n    path: {etcd_yaml}\n"),
-                     ("gracefulStopTimeout: 1800", f"gracefulStopTimeout: {GRACEFUL_STOP_S}")):
+    for old, new, count in (("\netcd:\n", f"\netcd:\n  config:\n    path: {etcd_yaml}\n", 1),
+                            ("\n  ip: #", "\n  ip: 127.0.0.1 #", -1),
+                            ("gracefulStopTimeout: 1800", f"gracefulStopTimeout: {GRACEFUL_STOP_S}", 1)):
         assert old in text, f"{milvus_yaml}: no {old.strip()!r}"
-        text = text.replace(old, new, 1)
+        text = text.replace(old, new, count)
     milvus_yaml.write_text(text)
 
 
