@@ -550,11 +550,22 @@ def test_setup_fails_loudly_at_any_step(tmp_path, failing, step):
 COMPOSE_MILVUS = ["-f", "docker-compose.yml", "-f", "docker-compose.milvus.yml"]
 
 
-@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_CPU + ["-f", "docker-compose.milvus.yml"]],
+@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_MILVUS + ["-f", "docker-compose.cpu.yml"]],
                          ids=["gpu-image", "cpu-image"])
 def test_compose_milvus_profile_is_valid(compose, files):
     proc = compose_config(compose, *files, "--profile", "setup", "--profile", "milvus", "config", "--quiet")
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_MILVUS + ["-f", "docker-compose.cpu.yml"]],
+                         ids=["gpu-image", "cpu-image"])
+def test_compose_milvus_export_runs_the_image_the_service_runs(compose, files):
+    """On a CPU host the one-shot export runs the CPU image that was built, not the GPU image, which is not."""
+    proc = compose_config(compose, *files, "--profile", "setup", "--profile", "milvus", "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    assert services["milvus-export"]["image"] == services["densehybrid"]["image"] == services["setup"]["image"]
+    assert services["milvus-export"]["profiles"] == ["milvus"]
 
 
 def test_compose_milvus_profile_shape(compose):
