@@ -40,8 +40,7 @@ config = milvus.MilvusServerConfig(data_dir=base, **ports)
 config.resolve()
 milvus._initialize_data_files(config.base_data_dir)
 print(json.dumps({"binary": os.path.join(config.base_data_dir, "bin", "milvus"),
-                  "config": os.path.join(config.base_data_dir, "configs", "milvus.yaml"),
-                  "port_keys": sorted(k for k in config.configurable_items if k.endswith("_port"))}))
+                  "config": os.path.join(config.base_data_dir, "configs", "milvus.yaml")}))
 """
 
 
