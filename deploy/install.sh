@@ -45,7 +45,8 @@ fi
 
 # The [cpu] and [gpu] extras exclude each other (each brings its own onnxruntime build);
 # [otel] lets the image send traces (DENSEHYBRID_OTLP_ENDPOINT).
-pip install "${src}[${variant},otel]"
+# milvus: pymilvus, for `index export` and serving a collection (the Compose profile "milvus")
+pip install "${src}[${variant},otel,milvus]"
 "$venv/bin/python" -m pip check
 
 # Fail the build, not the first request, if the wrong torch build slipped in.
@@ -54,6 +55,7 @@ import sys
 
 import faiss
 import onnxruntime
+import pymilvus
 import torch
 
 variant = sys.argv[1]

@@ -150,6 +150,12 @@ class ServiceSettings(BaseSettings):
         env = [name for name in names if name.lower().startswith("densehybrid_")]
         return env[0].upper() if env else f"DENSEHYBRID_{field_name.upper()}"
 
+    @field_validator("index", mode="before")
+    @classmethod
+    def _empty_index_is_no_index(cls, value):
+        """An empty DENSEHYBRID_INDEX unsets the image's default (the Compose profile "milvus" serves a collection)."""
+        return None if value == "" else value
+
     @field_validator("api_key", "write_api_key")
     @classmethod
     def _empty_key_is_no_key(cls, value: SecretStr | None) -> SecretStr | None:

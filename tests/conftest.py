@@ -20,6 +20,10 @@ def pytest_collection_modifyitems(config, items):
         used = set(getattr(item, "fixturenames", ()))
         if used & REAL_MODEL_FIXTURES:
             item.add_marker(pytest.mark.realmodel)
+        if "milvus_server" in used:
+            item.add_marker(pytest.mark.milvus_server)
+        if item.get_closest_marker("milvus_server"):
+            item.add_marker(pytest.mark.slow)
         if used & SLOW_FIXTURES or item.get_closest_marker("realmodel"):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("gpu") and not torch.cuda.is_available():
@@ -124,3 +128,29 @@ def tiny_untied_dir(tmp_path_factory):
     from densehybrid.encoder.random_checkpoint import write_random_checkpoint
     return write_random_checkpoint(tmp_path_factory.mktemp("tiny") / "untied", arch="bert", untied=True,
                                    tied_heads=False, seed=3)
+
+
+# -- Milvus: Milvus Lite (a database file) and a real Milvus server, started once per run --
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):
+    """The run's real Milvus server (tests marked ``milvus_server``), started on first use, stopped at the end.
+    Without one the test skips, naming why; under CI=true it fails."""
+    from support.milvus_server import start_server
+
+    server = start_server(tmp_path_factory.mktemp("milvus-server"))
+    yield server
+    server.kill()  # its data goes with the run
+
+
+@pytest.fixture(scope="module", params=["lite", pytest.param("server", marks=pytest.mark.milvus_server)])
+def milvus_target(request, tmp_path_factory):
+    """Where the module's Milvus tests export, once on each: Milvus Lite, and the real server (emptied first)."""
+    from support.milvus_server import MilvusTarget
+
+    root = tmp_path_factory.mktemp(f"milvus-{request.param}")
+    if request.param == "lite":
+        return MilvusTarget("lite", root)
+    server = request.getfixturevalue("milvus_server")
+    server.ensure_running()
+    server.drop_all()
+    return MilvusTarget("server", root, server)

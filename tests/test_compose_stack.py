@@ -2,7 +2,9 @@
 
 Everything a new user does on a CPU host, with real containers: build the CPU image, the first run
 (``--profile setup``: models, index, ONNX graphs), the balancer's key and /metrics rules, Prometheus
-scraping, a restart, two replicas with one killed under load, a graceful stop, and a setup that fails.
+scraping, a restart, two replicas with one killed under load, a graceful stop, a setup that fails, and the
+``milvus`` profile (the export into a Milvus server and the replica serving the collection; stand-ins of
+its Milvus and etcd, no MinIO: tests/support/compose_milvus.py).
 
 Traffic goes only to ports published on 127.0.0.1 or through ``docker exec``. The stack has a
 project name of its own (``-p``) and its own .env (deploy/init-env.sh writes the key), so a user's
@@ -40,6 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE_HINT = "bash ../shared/docker/engine.sh docker-compose.yml"
 PROJECT = "densehybrid-stacktest"
 FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.cpu.yml"]
+# the milvus profile on a CPU host: the CPU override after the profile's file (it sets the export's image too)
+MILVUS_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.milvus.yml", "-f", "docker-compose.cpu.yml"]
 SERVING = ["densehybrid", "lb", "prometheus"]
 # engine.sh's base image: Debian's python with the CPU torch wheel pip finds locally
 LOCAL_PYTHON = "local/python:3.11-bookworm"
@@ -98,9 +102,10 @@ class Stack:
     prom_port: int
     work: Path
     timings: dict = field(default_factory=dict)
+    files: list = field(default_factory=lambda: FILES)
 
     def compose(self, *args: str, timeout: float = 300, check: bool = True, extra_env: dict | None = None):
-        cmd = [*self.compose_cmd, "-p", PROJECT, "--env-file", str(self.env_file), *FILES, *args]
+        cmd = [*self.compose_cmd, "-p", PROJECT, "--env-file", str(self.env_file), *self.files, *args]
         proc = subprocess.run(cmd, cwd=REPO, env={**self.env, **(extra_env or {})}, capture_output=True,
                               text=True, timeout=timeout)
         if check and proc.returncode != 0:
@@ -388,3 +393,44 @@ def test_a_failed_setup_is_loud_and_nothing_serves_an_empty_index(running, corpu
     except OSError:
         status = None
     assert status is None, status
+
+
+def test_the_milvus_profile_exports_the_index_and_serves_it_from_milvus(running):
+    """The profile ``milvus`` up for real on this host's CPU image: the one-shot export of the built index into
+    a Milvus server, then the replica serving the collection behind the balancer, through a restart of Milvus.
+    Its Milvus and etcd are stand-ins of other versions and it runs without MinIO (tests/support/compose_milvus.py
+    says why); the rest of the profile runs as written. Last: it ends the whole stack."""
+    from support.compose_milvus import build_standins
+
+    running.compose("up", "-d", "--wait", *SERVING, timeout=300)  # the local index again, for its answer
+    want = running.search_ids()
+    override = build_standins(_docker(), LOCAL_PYTHON, running.work / "milvus-standins", running.env)
+    running.files = [*MILVUS_FILES, "-f", str(override)]
+    running.env["COMPOSE_PROFILES"] = "milvus"  # every command of this test sees the profile's services
+    try:
+        started = time.monotonic()
+        up = running.compose("up", "-d", "--wait", "densehybrid", "lb", timeout=900, check=False)
+        running.timings["milvus_up_s"] = round(time.monotonic() - started, 1)
+        (export,) = running.containers("milvus-export", all_states=True)
+        exported = running.docker("logs", export, check=False)
+        assert up.returncode == 0, (f"up {up.returncode}: {up.stderr[-1000:]}\nmilvus-export: "
+                                    f"{(exported.stdout + exported.stderr)[-2000:]}\n{running.logs('densehybrid')[-4000:]}")
+        assert running.inspect(export)["State"]["ExitCode"] == 0
+        assert "80 rows" in exported.stdout + exported.stderr
+        status, info = running.request("GET", "/info")
+        assert status == 200 and info["index"]["documents"] == 80, info
+        assert info["index"]["first_stage"]["type"] == "milvus", info["index"]
+        assert running.search_ids() == want  # the same answer from the collection as from the local index
+        status, refused = running.request("POST", "/documents", {"documents": [{"id": "new", "text": "x"}]})
+        assert status == 403 and refused["error"]["type"] == "writes_disabled", refused
+
+        running.compose("restart", "milvus", timeout=300)  # the replica stays up and serves again by itself
+        running.wait_for("search after the Milvus restart", lambda: running.search_ids() == want, 240, every_s=2)
+        (replica,) = running.containers("densehybrid")
+        assert running.inspect(replica)["RestartCount"] == 0
+    finally:
+        down = running.compose("--profile", "milvus", "--profile", "setup", "down", "-v", "--remove-orphans", "-t", "5",
+                               check=False)  # a --profile flag replaces COMPOSE_PROFILES: both named
+        running.files = FILES
+        del running.env["COMPOSE_PROFILES"]
+        print(f"milvus profile: down -v exit {down.returncode}; timings: {running.timings}")

@@ -550,11 +550,22 @@ def test_setup_fails_loudly_at_any_step(tmp_path, failing, step):
 COMPOSE_MILVUS = ["-f", "docker-compose.yml", "-f", "docker-compose.milvus.yml"]
 
 
-@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_CPU + ["-f", "docker-compose.milvus.yml"]],
+@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_MILVUS + ["-f", "docker-compose.cpu.yml"]],
                          ids=["gpu-image", "cpu-image"])
 def test_compose_milvus_profile_is_valid(compose, files):
     proc = compose_config(compose, *files, "--profile", "setup", "--profile", "milvus", "config", "--quiet")
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("files", [COMPOSE_MILVUS, COMPOSE_MILVUS + ["-f", "docker-compose.cpu.yml"]],
+                         ids=["gpu-image", "cpu-image"])
+def test_compose_milvus_export_runs_the_image_the_service_runs(compose, files):
+    """On a CPU host the one-shot export runs the CPU image that was built, not the GPU image, which is not."""
+    proc = compose_config(compose, *files, "--profile", "setup", "--profile", "milvus", "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    assert services["milvus-export"]["image"] == services["densehybrid"]["image"] == services["setup"]["image"]
+    assert services["milvus-export"]["profiles"] == ["milvus"]
 
 
 def test_compose_milvus_profile_shape(compose):
@@ -572,10 +583,15 @@ def test_compose_milvus_profile_shape(compose):
         "milvus-etcd": "service_healthy", "milvus-minio": "service_healthy"}
     assert services["milvus-export"]["depends_on"]["milvus"]["condition"] == "service_healthy"
     server = services["densehybrid"]
+    for client in (server, services["milvus-export"]):  # on a network Milvus is on (the replicas' backend is not)
+        assert set(client["networks"]) & set(services["milvus"]["networks"]), (client["networks"], services["milvus"])
+    assert "backend" in server["networks"]
     assert server["depends_on"]["milvus-export"]["condition"] == "service_completed_successfully"
     env = server["environment"]
-    assert env["DENSEHYBRID_MILVUS_URI"] == "http://milvus:19530" and "DENSEHYBRID_INDEX" not in env
+    # empty, not absent: the image's own DENSEHYBRID_INDEX would stay and clash with the collection
+    assert env["DENSEHYBRID_MILVUS_URI"] == "http://milvus:19530" and env["DENSEHYBRID_INDEX"] == ""
     assert services["milvus-export"]["command"][services["milvus-export"]["command"].index("--collection") + 1] == \
         env["DENSEHYBRID_COLLECTION"]
-    settings = ServiceSettings(**{k[len("DENSEHYBRID_"):].lower(): v for k, v in env.items() if v != ""})
+    image = {"DENSEHYBRID_INDEX": "/data/indexes/default"}  # the Dockerfile's ENV, under Compose's
+    settings = ServiceSettings(**{k[len("DENSEHYBRID_"):].lower(): v for k, v in {**image, **env}.items()})
     assert settings.milvus_uri == "http://milvus:19530" and settings.index is None

@@ -1,5 +1,6 @@
-"""Filtered search in a Milvus Lite collection: the filter becomes a Milvus expression over the exported
-scalar fields, and the hits equal brute force over the filtered rows at selectivities from 0.01 % to 100 %."""
+"""Filtered search in a Milvus collection (Milvus Lite and the server): the filter becomes a Milvus expression
+over the exported scalar fields, and the hits equal brute force over the filtered rows at selectivities from
+0.01 % to 100 %."""
 
 import numpy as np
 import pytest
@@ -18,10 +19,10 @@ pytestmark = pytest.mark.slow  # Milvus Lite: a store process, and a 20 000-row 
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(tmp_path_factory, milvus_target):
     root = tmp_path_factory.mktemp("milvus-filters")
     index, values, gates, rank = synthetic_index(root, "dhr")
-    uri = str(root / "lite.db")
+    uri = milvus_target.uri()
     milvus_export.export_index(index, uri, "filtered", batch_size=5000)
     return index, milvus.open_collection(uri, "filtered"), values, gates, rank
 

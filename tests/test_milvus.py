@@ -1,4 +1,5 @@
-"""Milvus as the vector store, against embedded Milvus Lite (the ``[milvus]`` extra).
+"""Milvus as the vector store, against embedded Milvus Lite (the ``[milvus]`` extra) and a real Milvus server
+(``milvus_target``: each test that exports runs on both).
 
 Lite answers one query in 100+ ms, so the indexes here are small (80 rows).
 """
@@ -34,11 +35,10 @@ QUERIES = ["dense retrieval of passages", "gated product", "neural doc12", "lexi
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory, toy_index):
-    """A local dhr index (gated) and a Milvus Lite export of it."""
-    root = tmp_path_factory.mktemp("milvus")
+def toy(milvus_target, toy_index):
+    """A local dhr index (gated) and its export (Milvus Lite or the server)."""
     index = load_index(toy_index("dhr"))
-    uri = str(root / "lite.db")
+    uri = milvus_target.uri("lite")
     milvus_export.export_index(index, uri, "toy", batch_size=32)
     return index, uri
 
@@ -139,9 +139,9 @@ class _FailingUpserts:
         return self._client.upsert(collection, data)
 
 
-def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
+def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, milvus_target):
     index, _ = toy
-    uri = str(tmp_path / "resume.db")
+    uri = milvus_target.uri("resume")
     client = milvus.connect(uri)
     with pytest.raises(errors.MilvusUnavailableError, match="killed"):
         milvus_export.export_index(index, uri, "part", batch_size=25, client=_FailingUpserts(client, ok=2))
@@ -156,9 +156,9 @@ def test_export_resumes_after_a_failure_and_reruns_add_no_rows(toy, tmp_path):
     assert opened.store.ids_of(range(80)) == index.doc_ids
 
 
-def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path, toy_index):
+def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, milvus_target, toy_index):
     index, _ = toy
-    uri = str(tmp_path / "bad.db")
+    uri = milvus_target.uri("bad")
     client = milvus.connect(uri)
     milvus_export.export_index(index, uri, "lost", client=client)
     client.delete("lost", ids=[3])
@@ -177,10 +177,10 @@ def test_a_collection_that_disagrees_with_its_manifest_is_refused(toy, tmp_path,
         milvus_export.export_index(index, uri, "dims", client=client)
 
 
-def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models, toy_index):
-    index_dir = toy_index("fusion")
+def test_cli_export_search_and_eval_need_only_the_collection(tmp_path, fake_models, toy_index, milvus_target):
+    index_dir = shutil.copytree(toy_index("fusion"), tmp_path / "fusion")  # a copy: this test deletes it
     index = load_index(index_dir)
-    uri = str(tmp_path / "cli.db")
+    uri = milvus_target.uri("cli")
     runner = CliRunner()
     exported = runner.invoke(app, ["index", "export", "--index", str(index_dir), "--milvus-uri", uri,
                                    "--collection", "docs", "--batch-size", "30"])

@@ -203,12 +203,12 @@ def test_live_writes_page_with_base_rows_before_equal_added_rows(tmp_path):
             assert len(every) == len(live_ids) and set(every) == live_ids, params
 
 
-@pytest.mark.slow  # Milvus Lite: a store process per database file
-def test_milvus_pages_equal_the_local_index(tmp_path):
+@pytest.mark.slow  # Milvus Lite: a store process per database file; and the server
+def test_milvus_pages_equal_the_local_index(tmp_path, milvus_target):
     from densehybrid.index.served import milvus, milvus_export
 
     index = tied_index(tmp_path, "fusion")
-    uri = str(tmp_path / "lite.db")
+    uri = milvus_target.uri()
     milvus_export.export_index(index, uri, "tied", batch_size=32)
     try:
         collection = milvus.open_collection(uri, "tied")

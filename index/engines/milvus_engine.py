@@ -7,6 +7,8 @@ a standalone server and a cluster (``http://host:19530``).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -20,6 +22,10 @@ INSTALL_HINT = "pip install 'densehybrid[milvus]'"
 # Milvus caps one search's limit (topk) at 16 384 and one request's size; fetch in slices below both
 FETCH_SLICE = 1_000
 HEALTH_TIMEOUT_S = 2.0
+# A served collection is complete and takes no writes: its reads need not wait for the server's newest writes.
+# Strong consistency (the collection's own level, for the export) costs a server 200-400 ms a call (until its
+# next time tick); Bounded about 2 ms. Milvus Lite answers both alike.
+READ_CONSISTENCY = "Bounded"
 
 
 def load_pymilvus():
@@ -30,11 +36,40 @@ def load_pymilvus():
     return pymilvus
 
 
-def connect(uri: str, *, timeout_s: float = 10.0):
-    """A ``MilvusClient`` for ``uri``; :class:`MilvusUnavailableError` naming the URI and cause."""
+class TimedClient:
+    """A ``MilvusClient`` whose every call that takes a ``timeout`` gets one (``timeout_s``) unless given.
+
+    The client's own ``timeout`` bounds connecting only: a call without one waits on a server that stopped
+    answering (frozen, or its packets dropped) for as long as the connection lasts, holding a search thread."""
+
+    def __init__(self, client, timeout_s: float):
+        self._client, self.timeout_s = client, timeout_s
+
+    def __getattr__(self, name):
+        attribute = getattr(self._client, name)
+        if not callable(attribute) or "timeout" not in _parameters(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def bounded(*args, **kwargs):
+            kwargs.setdefault("timeout", self.timeout_s)
+            return attribute(*args, **kwargs)
+        return bounded
+
+
+def _parameters(fn) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def connect(uri: str, *, timeout_s: float = 10.0, call_timeout_s: float | None = None) -> TimedClient:
+    """A client of ``uri`` that connects within ``timeout_s`` and bounds each call by ``call_timeout_s``
+    (default: ``timeout_s``); :class:`MilvusUnavailableError` naming the URI and cause."""
     pymilvus = load_pymilvus()
     try:
-        client = pymilvus.MilvusClient(uri=uri, timeout=timeout_s)
+        client = TimedClient(pymilvus.MilvusClient(uri=uri, timeout=timeout_s), call_timeout_s or timeout_s)
         client.list_collections()
     except Exception as exc:  # noqa: BLE001 - any client failure is "unreachable", with its cause
         raise MilvusUnavailableError(f"cannot reach Milvus at {uri}: {type(exc).__name__}: {exc}") from exc
@@ -92,7 +127,8 @@ class MilvusStore(VectorStore):
         if self.first_stage == "ivf":
             params["params"] = {"nprobe": nprobe or self.nprobe}
         found = call(self.uri, "search", self.client.search, self.collection, data=[q.tolist() for q in xq],
-                      anns_field="vector", limit=depth, search_params=params, output_fields=["row"], **kept)
+                      anns_field="vector", limit=depth, search_params=params, output_fields=["row"],
+                      consistency_level=READ_CONSISTENCY, **kept)
         scores = np.full((len(xq), depth), -np.inf, dtype=np.float32)
         rows = np.full((len(xq), depth), -1, dtype=np.int64)
         for q, hits in enumerate(found):
@@ -106,7 +142,7 @@ class MilvusStore(VectorStore):
         out: dict[int, dict] = {}
         for s in range(0, len(unique), FETCH_SLICE):
             got = call(self.uri, "get", self.client.get, self.collection, ids=unique[s:s + FETCH_SLICE],
-                        output_fields=["row", *fields])
+                        output_fields=["row", *fields], consistency_level=READ_CONSISTENCY)
             out.update((int(e["row"]), e) for e in got)
         return out
 
@@ -146,13 +182,24 @@ class MilvusStore(VectorStore):
     def count(self, expression: str) -> int:
         """Rows matching a boolean expression."""
         got = call(self.uri, "query", self.client.query, self.collection, filter=expression,
-                    output_fields=["count(*)"])
+                    output_fields=["count(*)"], consistency_level=READ_CONSISTENCY)
         return int(got[0]["count(*)"])
 
     def healthy(self) -> bool:
+        """Whether a search would be answered now: the server holds the collection loaded and reads a row of it
+        within ``HEALTH_TIMEOUT_S``. A restarted server answers before it has loaded the collection again (and
+        fails searches meanwhile), and its reads then wait for its clock to move on (tens of seconds after a
+        restart). A collection found released is loaded again."""
         try:
             # bounded: a server that went away must not hold /ready (the client retries otherwise)
-            self.client.get_load_state(self.collection, timeout=HEALTH_TIMEOUT_S)
+            state = self.client.get_load_state(self.collection, timeout=HEALTH_TIMEOUT_S)["state"]
+            if getattr(state, "name", state) == "NotLoad":
+                self.client.load_collection(self.collection, timeout=HEALTH_TIMEOUT_S)  # goes on in the server
+                state = self.client.get_load_state(self.collection, timeout=HEALTH_TIMEOUT_S)["state"]
+            if getattr(state, "name", state) != "Loaded":
+                return False
+            self.client.query(self.collection, filter="row >= 0", limit=1, output_fields=["row"],
+                              consistency_level=READ_CONSISTENCY, timeout=HEALTH_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - any failure means "not serving now"
             return False
         return True

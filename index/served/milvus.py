@@ -17,7 +17,7 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.search import filters
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.engines.milvus_engine import FETCH_SLICE, MilvusStore, call, connect
+from densehybrid.index.engines.milvus_engine import FETCH_SLICE, READ_CONSISTENCY, MilvusStore, call, connect
 from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.served.milvus_export import read_meta
 from densehybrid.index.search.searcher import CpuSearch
@@ -40,7 +40,7 @@ class MilvusDocs:
             chunk = unique[s:s + FETCH_SLICE]
             expression = "doc_id in [" + ", ".join(json.dumps(i) for i in chunk) + "]"
             got = call(self.store.uri, "query", self.store.client.query, self.store.collection,
-                        filter=expression, output_fields=["doc_id", *fields])
+                        filter=expression, output_fields=["doc_id", *fields], consistency_level=READ_CONSISTENCY)
             found.update((e["doc_id"], e) for e in got)
         return found
 
@@ -142,10 +142,12 @@ def open_collection(uri: str, collection: str, *, timeout_s: float = 10.0, clien
     if int(dims.get("vector") or 0) != spec.dim or ("gates" in dims) != bool(spec.gated_dim):
         raise IndexLoadError(f"{where}: vector field of dim {dims.get('vector')} (gates: {'gates' in dims}), "
                              f"the manifest says dim {spec.dim} (gated {spec.gated_dim})")
-    call(uri, "load_collection", client.load_collection, collection)
-    stats = call(uri, "get_collection_stats", client.get_collection_stats, collection)
-    if int(stats.get("row_count", -1)) != int(manifest["count"]):
-        raise IndexLoadError(f"{where}: holds {stats.get('row_count')} rows, the manifest says {manifest['count']}")
+    # as long as it takes (a large collection loads for minutes); every other call is bounded by timeout_s
+    call(uri, "load_collection", client.load_collection, collection, timeout=None)
+    # count(*), not the collection's stats: a server's stats go on counting deleted rows until compaction
+    rows = call(uri, "query", client.query, collection, filter="", output_fields=["count(*)"])[0]["count(*)"]
+    if int(rows) != int(manifest["count"]):
+        raise IndexLoadError(f"{where}: holds {rows} rows, the manifest says {manifest['count']}")
     log.info("opened Milvus collection %s at %s: %s rows, kind %s", collection, uri, manifest["count"], spec.kind)
     described = call(uri, "describe_index", client.describe_index, collection, "vector")
     store = MilvusStore(client, uri, collection, spec.dim, spec.gated_dim, index_type=described["index_type"],

@@ -32,6 +32,7 @@ MANIFEST_KEY = "manifest"
 TEXT_MAX = 65_535
 ID_MAX = 512
 KEYWORD_BYTES = 4 * payload.MAX_KEYWORD_CHARS  # VARCHAR lengths are in bytes; UTF-8 takes up to 4 a character
+CALL_TIMEOUT_S = 120.0  # one batch's upsert, or the last flush, on a busy server; a server that stopped answering fails the export
 
 
 def _meta_schema(client, pymilvus):
@@ -140,7 +141,7 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
         raise IndexAccessError(f"{index.path}: export needs the exact flat_ip first stage (this index has "
                               f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()
-    client = client or connect(uri)
+    client = client or connect(uri, call_timeout_s=CALL_TIMEOUT_S)
     # what makes a re-run an export of the same index: its files' checksums
     source = {name: meta["sha256"] for name, meta in sorted(index.manifest["files"].items())}
     record = read_meta(client, uri, collection)
