@@ -76,7 +76,7 @@ def sweep(search, groups: dict[str, np.ndarray], exact: dict[str, np.ndarray], b
         timing = summarize(samples)
         points.append(point | {"p50_ms": round(timing.p50, 3), "p99_ms": round(timing.p99, 3),
                                "mean_ms": round(timing.mean, 3)})
-        log.info("breadth %d: %s, p50 %.2f ms", breadth,
+        log.info("breadth %g: %s, p50 %.2f ms", breadth,
                  ", ".join(f"{n} {point[n]['recall_at_10']:.3f}" for n in groups), timing.p50)
     return points
 
