@@ -187,3 +187,21 @@ def test_a_fold_rebuilds_the_graph_over_the_rows_it_keeps(tmp_path):
     xq = clustered(6, 16, seed=13)
     got = Searcher(folded).search(Encoded(xq, None), SearchParams(k=10, ef_search=200))
     assert recall(np.array(got.rows), brute_topk(xq, np.asarray(folded.values), 10)[1]) == 1.0
+
+
+def test_the_graph_is_padded_for_simd_and_a_graph_of_dim_plus_one_still_searches(tmp_path):
+    import faiss
+
+    from densehybrid.index.engines.hnsw_engine import augment_rows, graph_width, read_ann
+
+    index = make_index(tmp_path)
+    assert index.ann.d == graph_width(16) == 32 and index.ann.d % 16 == 0
+    xb = np.asarray(index.values, np.float32)
+    config = HNSWConfig.from_dict(index.manifest["first_stage"])
+    unpadded = faiss.IndexHNSWSQ(17, faiss.ScalarQuantizer.QT_8bit, config.m, faiss.METRIC_L2)  # written before
+    unpadded.train(augment_rows(xb, config.max_norm2, 17))
+    unpadded.add(augment_rows(xb, config.max_norm2, 17))
+    faiss.write_index(unpadded, str(tmp_path / "old.faiss"))
+    old = HnswStore(read_ann(tmp_path / "old.faiss", len(xb), 16), index.values, None, index.doc_ids, len(xb))
+    xq = clustered(8, 16, seed=8)
+    np.testing.assert_array_equal(old.inner_product(xq, 10)[1], brute_topk(xq, xb, 10)[1])

@@ -23,7 +23,8 @@ import numpy as np
 from dataclasses import replace
 
 from densehybrid.index.engines.faiss_engine import train_sample
-from densehybrid.index.engines.hnsw_engine import ANN_FILE, ENCODINGS, NODE_ROWS, HNSWConfig, augment_rows
+from densehybrid.index.engines.hnsw_engine import (ANN_FILE, ENCODINGS, NODE_ROWS, HNSWConfig, augment_rows,
+                                                   graph_width)
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,8 @@ MAX_DEAD_FRACTION = 0.2
 
 
 def new_hnsw(dim: int, config: HNSWConfig) -> faiss.Index:
-    """An empty L2 HNSW index of ``dim`` + 1 dims (the rows' augmented dim) over ``config.encoding`` codes."""
-    index = faiss.IndexHNSWSQ(dim + 1, ENCODINGS[config.encoding], config.m, faiss.METRIC_L2)
+    """An empty L2 HNSW index of the rows' augmented dims (``graph_width``) over ``config.encoding`` codes."""
+    index = faiss.IndexHNSWSQ(graph_width(dim), ENCODINGS[config.encoding], config.m, faiss.METRIC_L2)
     index.hnsw.efConstruction = config.ef_construction
     index.hnsw.efSearch = config.ef_search
     return index
@@ -93,7 +94,7 @@ def fold_ann(values: np.ndarray, directory: Path, base_directory: Path, nodes: n
     started = time.perf_counter()
     index = faiss.read_index(str(Path(base_directory) / ANN_FILE))  # read in whole: rows are added to it
     for s in range(0, len(added), _ADD_ROWS):
-        index.add(augment_rows(added[s:s + _ADD_ROWS], config.max_norm2))
+        index.add(augment_rows(added[s:s + _ADD_ROWS], config.max_norm2, index.d))  # the base graph's width
     faiss.write_index(index, str(Path(directory) / ANN_FILE))
     log.info("hnsw first stage: %d rows added to the graph of %d nodes (%d dead) in %.1f s", len(added),
              len(nodes) - len(added), int(np.sum(nodes < 0)), time.perf_counter() - started)
