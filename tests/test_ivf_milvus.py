@@ -35,7 +35,8 @@ def exported(request, tmp_path_factory, milvus_target):
     words = ["graph", "vector", "search", "disk", "memory", "recall"]
     corpus.write_text("".join(json.dumps({"_id": f"D{i}", "text": f"{words[i % 6]} {words[i * 5 % 6]} {i}"}) + "\n"
                               for i in range(120)))
-    directory = build_index(FakeEncoder("cls"), corpus, root / "ivf", BuildOptions(progress=False, ann=IVFConfig(nlist=8, nprobe=2, encoding=request.param)))
+    directory = build_index(FakeEncoder("cls"), corpus, root / "ivf", BuildOptions(progress=False, ann=IVFConfig(nlist=8, nprobe=2, encoding=request.param),
+                                                                               target_recall=None))
     uri = milvus_target.uri(f"ivf_{request.param}")
     milvus_export.export_index(load_index(directory), uri, f"ivf_{request.param}", batch_size=64)
     return load_index(directory), milvus.open_collection(uri, f"ivf_{request.param}")

@@ -57,12 +57,18 @@ def read_queries(spec: str) -> tuple[str, list[str]]:
     return name, texts[:int(count)] if count else texts
 
 
+def _plain(breadth) -> int | float:
+    """A breadth as JSON writes it: an ef or nprobe stays whole, a margin keeps its fraction."""
+    number = float(breadth)
+    return int(number) if number.is_integer() else number
+
+
 def sweep(search, groups: dict[str, np.ndarray], exact: dict[str, np.ndarray], breadths) -> list[dict]:
     """``search(query (1, dim), breadth) -> rows`` at each breadth: per group recall and exact share, and the
     single-query latency over every group's queries."""
     points = []
     for breadth in breadths:
-        point, samples = {"breadth": int(breadth)}, []
+        point, samples = {"breadth": _plain(breadth)}, []
         for name, xq in groups.items():
             search(xq[:1], breadth)
             found = []
