@@ -32,3 +32,18 @@ def test_every_choice_and_breadth_is_measured_per_group_beside_the_calibration(t
     table = real.markdown(out)
     assert "| pqscan, margin 0 | rescore 50 |" in table and "(calibrated)" in table
     assert real.plot(out, tmp_path / "real.png").stat().st_size > 1000
+
+
+def _point(breadth, mean_ms, recall):
+    return {"breadth": breadth, "mean_ms": mean_ms, "g": {"recall_at_10": recall, "exact_top10": recall}}
+
+
+def test_a_margin_is_set_beside_the_fixed_count_interpolated_at_its_mean_latency():
+    row = {"sweep": [_point(0.02, 1.0, 0.5), _point(0.05, 1.5, 0.9), _point(0.1, 9.0, 1.0)],
+           "fixed_rescore_sweep": [_point(300, 2.0, 0.8), _point(50, 1.0, 0.6)]}  # noisy order: sorted by latency
+    rows = real.at_equal_latency(row, ["g"])
+    assert [r["margin"] for r in rows] == [0.02, 0.05]  # 9 ms lies beyond the fixed sweep
+    assert rows[0]["g"] == {"margin": 0.5, "fixed": 0.6}
+    assert rows[1]["g"] == {"margin": 0.9, "fixed": 0.7}  # halfway between 1 and 2 ms
+    table = real.equal_latency_markdown({"queries": {"g": 3}, "choices": [row]})
+    assert "| 0.05 | 1.5 | 0.900 / 0.700 |" in table

@@ -216,6 +216,38 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def at_equal_latency(row: dict, names: list[str]) -> list[dict]:
+    """Each margin of a pqscan sweep beside a fixed number of candidates rescored at the same mean latency: the
+    fixed sweep's recall interpolated in mean ms between the two counts around it (margins outside the fixed
+    sweep's range are left out)."""
+    fixed = sorted(row["fixed_rescore_sweep"], key=lambda p: p["mean_ms"])
+    mean_ms = [p["mean_ms"] for p in fixed]
+    rows = []
+    for point in row["sweep"]:
+        if not mean_ms[0] <= point["mean_ms"] <= mean_ms[-1]:
+            continue
+        rows.append({"margin": point["breadth"], "mean_ms": point["mean_ms"],
+                     **{name: {"margin": point[name]["recall_at_10"],
+                               "fixed": round(float(np.interp(point["mean_ms"], mean_ms,
+                                                              [p[name]["recall_at_10"] for p in fixed])), 4)}
+                        for name in names}})
+    return rows
+
+
+def equal_latency_markdown(result: dict) -> str:
+    """The margin against a fixed candidate count at equal mean latency, per group (empty without a pqscan row)."""
+    names = list(result["queries"])
+    rows = [r for r in result["choices"] if r.get("fixed_rescore_sweep")]
+    if not rows:
+        return ""
+    lines = [f"| margin | mean ms | {' | '.join(f'{n}: margin / fixed' for n in names)} |",
+             "|---|---|" + "---|" * len(names)]
+    for entry in at_equal_latency(rows[0], names):
+        cells = " | ".join(f"{entry[n]['margin']:.3f} / {entry[n]['fixed']:.3f}" for n in names)
+        lines.append(f"| {entry['margin']} | {entry['mean_ms']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(result: dict, path: Path) -> Path:
     """Recall@10 (the mean over groups) against first-stage p50, one curve per choice and peer."""
     import matplotlib
@@ -260,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run(args.index, args.queries, args.ann, args.peers, args.threads)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))
+    print(equal_latency_markdown(result))
     if args.plot:
         plot(result, args.plot)
 
