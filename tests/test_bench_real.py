@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from densehybrid.bench.scale import real
+from densehybrid.bench.scale import real, real_report
 from densehybrid.cli.demo_corpus import write_stdlib_corpus
 from densehybrid.cli.main import app
 
@@ -29,9 +29,9 @@ def test_every_choice_and_breadth_is_measured_per_group_beside_the_calibration(t
             assert 0 <= point["far"]["recall_at_10"] <= 1 and point["p99_ms"] >= point["p50_ms"] > 0
     assert ivf["sweep"][-1]["near"]["recall_at_10"] == 1.0  # every list scanned: the exact top 10
     assert [p["breadth"] for p in pqscan["fixed_rescore_sweep"]] == list(real.FIXED_RESCORE)
-    table = real.markdown(out)
+    table = real_report.markdown(out)
     assert "| pqscan, margin 0 | rescore 50 |" in table and "(calibrated)" in table
-    assert real.plot(out, tmp_path / "real.png").stat().st_size > 1000
+    assert real_report.plot(out, tmp_path / "real.png").stat().st_size > 1000
 
 
 def _point(breadth, mean_ms, recall):
@@ -41,9 +41,9 @@ def _point(breadth, mean_ms, recall):
 def test_a_margin_is_set_beside_the_fixed_count_interpolated_at_its_mean_latency():
     row = {"sweep": [_point(0.02, 1.0, 0.5), _point(0.05, 1.5, 0.9), _point(0.1, 9.0, 1.0)],
            "fixed_rescore_sweep": [_point(300, 2.0, 0.8), _point(50, 1.0, 0.6)]}  # noisy order: sorted by latency
-    rows = real.at_equal_latency(row, ["g"])
+    rows = real_report.at_equal_latency(row, ["g"])
     assert [r["margin"] for r in rows] == [0.02, 0.05]  # 9 ms lies beyond the fixed sweep
     assert rows[0]["g"] == {"margin": 0.5, "fixed": 0.6}
     assert rows[1]["g"] == {"margin": 0.9, "fixed": 0.7}  # halfway between 1 and 2 ms
-    table = real.equal_latency_markdown({"queries": {"g": 3}, "choices": [row]})
+    table = real_report.equal_latency_markdown({"queries": {"g": 3}, "choices": [row]})
     assert "| 0.05 | 1.5 | 0.900 / 0.700 |" in table
