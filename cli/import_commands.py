@@ -51,7 +51,8 @@ def index_import(
     """Turn a Pyserini Faiss index (vectors + docid) into an index, without re-encoding.
 
     The model flags name the query encoder the vectors were made with (as for index build);
-    its dims must match the vectors'."""
+    its dims must match the vectors'. ``--precision`` names the precision they were encoded in:
+    the calibration's queries are encoded in it, and ``serve`` expects it."""
     if not encoder.model:
         raise typer.BadParameter("--model is required (the query encoder matching the vectors)")
     options = ImportOptions(corpus=corpus, values_dtype=vectors_dtype, name=name, overwrite=overwrite,
@@ -59,7 +60,7 @@ def index_import(
                             fields=tuple(field), fields_from_metadata=fields_from_metadata,
                             target_recall=first_stage.target_recall, calibration_queries=first_stage.calibration_queries)
     try:
-        model = commands.load_model(encoder.config, encoder.device)
+        model = commands.load_model(encoder.config, encoder.device, precision=encoder.precision)
         start = time.perf_counter()
         import_pyserini(source, out, model.spec, options, encoder=model)
         index = load_index(out)

@@ -155,6 +155,29 @@ def test_index_build_flags_take_precision_and_backend(tiny_dir, cache, tmp_path)
     assert not os.path.exists(tmp_path / "x")
 
 
+def test_index_import_records_the_precision_it_was_told_and_calibrates_in_it(tiny_dir, cache, tmp_path):
+    from typer.testing import CliRunner
+
+    from densehybrid.bench.scale.pyserini_layout import write_pyserini_dir
+    from densehybrid.cli.main import app
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    built = build_index(load_encoder(str(tiny_dir), kind="cls", backend="onnx", precision="int8", device="cpu"),
+                        corpus, tmp_path / "built", BuildOptions(progress=False))
+    index = load_index(built)
+    write_pyserini_dir(tmp_path / "pyserini", np.asarray(index.values, np.float32), [str(d) for d in index.doc_ids])
+    runner = CliRunner()
+    for flags, encoding in ((["--precision", "int8"], {"backend": "onnx", "precision": "int8"}),
+                            ([], {"backend": "torch", "precision": "fp32"})):
+        out = tmp_path / f"imported-{encoding['precision']}"
+        result = runner.invoke(app, ["index", "import", str(tmp_path / "pyserini"), "--model", str(tiny_dir),
+                                     "--kind", "cls", "--out", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        assert load_index(out).manifest["encoding"] == encoding
+        assert load_index(out).encoded_precision == encoding["precision"]
+
+
 def test_gate_agreement_against_a_count_entry_by_entry():
     from densehybrid.bench.parts.int8_gate import gate_agreement
 

@@ -207,6 +207,8 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
             first_stage = calibrate.calibrate(staged, first_stage, values, queries, options.target_recall)
         # no fusion entry: a gated (fused) kind cannot be imported
         extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
+        if encoder is not None:  # the precision the vectors were stated to be encoded in, which serve expects
+            extra["encoding"] = {"backend": encoder.backend, "precision": encoder.precision}
         if payload is not None:
             extra |= payload.write(staged)
         files.write_manifest(staged, name=options.name or out.name, spec=spec, count=len(source.doc_ids), lam=spec.lam,
