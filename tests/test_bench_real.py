@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from densehybrid.bench.scale import real, real_report
+from densehybrid.bench.scale import real, real_report, real_serve
 from densehybrid.cli.demo_corpus import write_stdlib_corpus
 from densehybrid.cli.main import app
 
@@ -47,3 +47,18 @@ def test_a_margin_is_set_beside_the_fixed_count_interpolated_at_its_mean_latency
     assert rows[1]["g"] == {"margin": 0.9, "fixed": 0.7}  # halfway between 1 and 2 ms
     table = real_report.equal_latency_markdown({"queries": {"g": 3}, "choices": [row]})
     assert "| 0.05 | 1.5 | 0.900 / 0.700 |" in table
+
+
+def test_the_served_answers_are_timed_and_scored_against_the_exact_top_10(tmp_path, minilm_dir):
+    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=400)
+    built = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model", "minilm",
+                                     "--kind", "cls", "--pooling", "mean", "--normalize", "--out", str(tmp_path / "index"), "--no-progress"])
+    assert built.exit_code == 0, built.output
+    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    (tmp_path / "near.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t[:80]}) + "\n"
+                                                 for i, t in enumerate(texts[:6])))
+    out = real_serve.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}:4"], ready_timeout_s=300)
+    assert out["rows"] == 400 and out["queries"] == {"near": 4}
+    assert out["first_stage"]["type"] == "flat" and out["search_ms"]["n"] == 4
+    assert out["recall_at_10"]["near"] == 1.0  # an exact scan, scored against the vectors the server made
+    assert out["server_ms"]["encode_ms"]["p50"] > 0 and out["search_ms"]["p50"] > out["server_ms"]["search_ms"]["p50"]
