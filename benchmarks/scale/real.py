@@ -35,7 +35,7 @@ from densehybrid.index.building import calibrate, calibration
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.building.first_stage import write_approximate
 from densehybrid.index.engines import faiss_engine
-from densehybrid.index.engines.hnsw_engine import HNSWConfig, rescore
+from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.jsonl import read_jsonl
@@ -121,44 +121,19 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
             "sweep": points}
 
 
-def _peer_index(name: str, values: np.ndarray):
-    """(search(q, breadth) -> candidate rows, build seconds) of a peer graph library over ``values``."""
-    xb = np.asarray(values, dtype=np.float32)
-    started = time.perf_counter()
-    if name == "hnswlib":
-        import hnswlib
-
-        index = hnswlib.Index(space="ip", dim=xb.shape[1])
-        index.init_index(max_elements=len(xb), M=16, ef_construction=128)
-        index.set_num_threads(2)
-        index.add_items(xb, np.arange(len(xb)))
-        index.set_num_threads(1)
-
-        def candidates(q, breadth):
-            index.set_ef(breadth)
-            return index.knn_query(q, k=breadth)[0].astype(np.int64)
-    elif name == "usearch":
-        from usearch.index import Index
-
-        index = Index(ndim=xb.shape[1], metric="ip", dtype="f16", connectivity=16, expansion_add=128)
-        index.add(np.arange(len(xb)), xb, threads=2)
-
-        def candidates(q, breadth):
-            index.expansion_search = breadth
-            return index.search(q[0], breadth, threads=1).keys.astype(np.int64)[None]
-    else:
-        raise ValueError(f"unknown peer {name!r}; use hnswlib or usearch")
-    return candidates, time.perf_counter() - started
-
-
 def peer(name: str, values: np.ndarray, groups, exact) -> dict:
-    candidates, built_s = _peer_index(name, values)
+    """A maintained graph library (``bench.peers.graphs``) over ``values``, swept as our choices are."""
+    from densehybrid.bench.peers.graphs import GRAPHS  # imported here: it reads its queries through this module
 
-    def search(q, breadth):
-        return rescore(q, values, candidates(q, breadth), K)[1][0]
-
-    return {"choice": name, "knob": "ef", "build_s": round(built_s, 1), "settings": "M 16, ef_construction 128",
-            "sweep": sweep(search, groups, exact, PEER_GRID)}
+    graph = GRAPHS[name]()
+    started = time.perf_counter()
+    graph.build(np.asarray(values, dtype=np.float32))
+    built_s = time.perf_counter() - started
+    try:
+        points = sweep(lambda q, breadth: graph.search(q, breadth, None), groups, exact, PEER_GRID)
+    finally:
+        graph.close()
+    return {"choice": name, "knob": "ef", "build_s": round(built_s, 1), "settings": graph.name, "sweep": points}
 
 
 def flat(values: np.ndarray, groups) -> dict:

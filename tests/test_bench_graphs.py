@@ -1,0 +1,42 @@
+"""``bench.peers.graphs``: our HNSW graph beside the graph libraries, on a sample of an index's rows."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from densehybrid.bench.peers import graphs
+from densehybrid.cli.demo_corpus import write_stdlib_corpus
+from densehybrid.cli.main import app
+
+
+@pytest.fixture
+def index_and_queries(tmp_path, fake_models):
+    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=500)
+    result = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model",
+                                      "fake:cls", "--out", str(tmp_path / "index"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n"
+                                              for i, t in enumerate(texts[:8])))
+    return tmp_path / "index", f"near={tmp_path / 'q.jsonl'}"
+
+
+def test_a_walk_wider_than_the_rows_finds_the_exact_top_10_filtered_or_not(index_and_queries):
+    index, queries = index_and_queries
+    out = graphs.run(index, [queries], rows=300, added=40, engines=["faiss"])
+    assert (out["rows"], out["added"], out["queries"]) == (300, 40, {"near": 8})
+    row, = out["graphs"]
+    assert row["bytes_per_row"] > 0 and row["add_s"] >= 0 and row["build_s"] >= 0
+    for kept in graphs.KEPT:
+        assert row[f"{kept} ef 1024"]["near"] == 1.0  # ef above the rows: every kept row is a candidate
+        assert 0 <= row[f"{kept} ef 256"]["near"] <= 1 and row[f"{kept} ef 256"]["p50_ms"] > 0
+    assert "| faiss (ours: M 32, sq8) |" in graphs.markdown(out)
+
+
+@pytest.mark.parametrize("peer", ["hnswlib", "usearch"])
+def test_a_peer_is_measured_the_same_way_when_installed(index_and_queries, peer):
+    pytest.importorskip(peer, reason=f"{peer} is a peer to compare with, not a dependency")
+    index, queries = index_and_queries
+    row, = graphs.run(index, [queries], rows=300, added=40, engines=[peer])["graphs"]
+    assert row["none ef 1024"]["near"] >= 0.9 and row["bytes_per_row"] > 0  # usearch: not every node is reached
