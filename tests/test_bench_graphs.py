@@ -1,25 +1,15 @@
 """``bench.peers.graphs``: our HNSW graph beside the graph libraries, on a sample of an index's rows."""
 
-import json
-
 import pytest
-from typer.testing import CliRunner
+from support.index_files import built_stdlib_index, write_queries
 
 from densehybrid.bench.peers import graphs
-from densehybrid.cli.demo_corpus import write_stdlib_corpus
-from densehybrid.cli.main import app
 
 
 @pytest.fixture
 def index_and_queries(tmp_path, fake_models):
-    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=500)
-    result = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model",
-                                      "fake:cls", "--out", str(tmp_path / "index"), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
-    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n"
-                                              for i, t in enumerate(texts[:8])))
-    return tmp_path / "index", f"near={tmp_path / 'q.jsonl'}"
+    index, texts = built_stdlib_index(tmp_path, 500)
+    return index, f"near={write_queries(tmp_path / 'q.jsonl', texts[:8])}"
 
 
 def test_a_walk_wider_than_the_rows_finds_the_exact_top_10_filtered_or_not(index_and_queries):

@@ -4,20 +4,17 @@ import json
 
 from typer.testing import CliRunner
 
+from support.index_files import built_stdlib_index, write_queries
+
 from densehybrid.bench.scale import real, real_report, real_serve
 from densehybrid.cli.demo_corpus import write_stdlib_corpus
 from densehybrid.cli.main import app
 
 
 def test_every_choice_and_breadth_is_measured_per_group_beside_the_calibration(tmp_path, fake_models):
-    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=600)
-    result = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model",
-                                      "fake:cls", "--out", str(tmp_path / "index"), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    _, texts = built_stdlib_index(tmp_path, 600)
     for name, chosen in (("near", texts[:20]), ("far", ["how tall is the eiffel tower", "best pasta recipe"])):
-        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n"
-                                                         for i, t in enumerate(chosen)))
+        write_queries(tmp_path / f"{name}.jsonl", chosen)
     out = real.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}:10", f"far={tmp_path / 'far.jsonl'}"],
                    ["pqscan", "ivf"], [])
     assert out["rows"] == 600 and out["queries"] == {"near": 10, "far": 2}
@@ -55,8 +52,7 @@ def test_the_served_answers_are_timed_and_scored_against_the_exact_top_10(tmp_pa
                                      "--kind", "cls", "--pooling", "mean", "--normalize", "--out", str(tmp_path / "index"), "--no-progress"])
     assert built.exit_code == 0, built.output
     texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
-    (tmp_path / "near.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t[:80]}) + "\n"
-                                                 for i, t in enumerate(texts[:6])))
+    write_queries(tmp_path / "near.jsonl", [t[:80] for t in texts[:6]])
     out = real_serve.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}:4"], ready_timeout_s=300)
     assert out["rows"] == 400 and out["queries"] == {"near": 4}
     assert out["first_stage"]["type"] == "flat" and out["search_ms"]["n"] == 4
