@@ -25,8 +25,7 @@ def test_a_walk_wider_than_the_rows_finds_the_exact_top_10_filtered_or_not(index
 
 
 @pytest.mark.parametrize("peer", ["hnswlib", "usearch"])
-def test_a_peer_is_measured_the_same_way_when_installed(index_and_queries, peer):
-    pytest.importorskip(peer, reason=f"{peer} is a peer to compare with, not a dependency")
+def test_a_peer_is_measured_the_same_way(index_and_queries, peer):
     index, queries = index_and_queries
     row, = graphs.run(index, [queries], rows=300, added=40, engines=[peer])["graphs"]
     assert row["none ef 1024"]["near"] >= 0.9 and row["bytes_per_row"] > 0  # usearch: not every node is reached
