@@ -17,13 +17,14 @@ dropped, which the walk passes through but never returns).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
 
 from densehybrid.index.engines.faiss_engine import exact_over, search as faiss_search
+from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search import gip
@@ -44,7 +45,7 @@ MAX_EF_SEARCH = 10_000
 
 
 @dataclass(frozen=True)
-class HNSWConfig:
+class HNSWConfig(FirstStageRecord):
     """A Faiss HNSW first stage: ``m`` links per node, ``ef_construction`` at build time, ``ef_search``
     candidates per query by default, codes in ``encoding`` (``sq8`` or ``fp16``)."""
 
@@ -66,10 +67,6 @@ class HNSWConfig:
         """The manifest's ``first_stage`` entry."""
         return {"type": "hnsw", "file": ANN_FILE, **asdict(self)}
 
-    @classmethod
-    def from_dict(cls, record: dict) -> "HNSWConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in record.items() if k in names})
 
 
 def is_hnsw(first_stage: dict) -> bool:

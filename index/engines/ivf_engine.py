@@ -13,7 +13,7 @@ rather than keeping a map beside them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import faiss
@@ -21,6 +21,7 @@ import numpy as np
 
 from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.engines.hnsw_engine import ENCODINGS, kept_exactly, rescore, searched_exactly
+from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -37,7 +38,7 @@ MIN_RESCORED = 100
 
 
 @dataclass(frozen=True)
-class IVFConfig:
+class IVFConfig(FirstStageRecord):
     """A Faiss IVF first stage: ``nlist`` k-means lists (0: :func:`lists_for` the rows) trained on
     ``train_size`` sampled rows, codes in ``encoding`` (``sq8`` or ``fp16``), ``nprobe`` lists scanned per
     query by default. ``trained_rows``: the rows when it was trained (set by the build; a fold retrains once
@@ -60,10 +61,6 @@ class IVFConfig:
         """The manifest's ``first_stage`` entry."""
         return {"type": "ivf", "file": ANN_FILE, **asdict(self)}
 
-    @classmethod
-    def from_dict(cls, record: dict) -> "IVFConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in record.items() if k in names})
 
 
 # k-means needs tens of rows a list: Faiss warns below 39

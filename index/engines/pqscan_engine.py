@@ -30,13 +30,14 @@ fast scan's blocked layout in memory.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
 
 from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
+from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -60,7 +61,7 @@ def sub_quantizers(dim: int) -> int:
 
 
 @dataclass(frozen=True)
-class PQScanConfig:
+class PQScanConfig(FirstStageRecord):
     """A scan of 4-bit product codes: ``m`` codes a row (0: ``dim / 4``) trained on ``train_size`` sampled
     rows. A query rescores exactly every candidate whose code score is within ``margin`` × |q| of the k-th
     best, and at least ``rescore`` candidates (the build calibrates the margin to a recall target)."""
@@ -82,10 +83,6 @@ class PQScanConfig:
         """The manifest's ``first_stage`` entry."""
         return {"type": "pqscan", "file": ANN_FILE, "nbits": NBITS, **asdict(self)}
 
-    @classmethod
-    def from_dict(cls, record: dict) -> "PQScanConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in record.items() if k in names})
 
 
 def is_pqscan(first_stage: dict) -> bool:
