@@ -68,7 +68,6 @@ class HNSWConfig(FirstStageRecord):
         return {"type": "hnsw", "file": ANN_FILE, **asdict(self)}
 
 
-
 def is_hnsw(first_stage: dict) -> bool:
     return first_stage.get("type") == "hnsw"
 

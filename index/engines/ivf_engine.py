@@ -20,8 +20,8 @@ import faiss
 import numpy as np
 
 from densehybrid.index.engines.faiss_engine import search as faiss_search
-from densehybrid.index.engines.hnsw_engine import ENCODINGS, kept_exactly, rescore, searched_exactly
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
+from densehybrid.index.engines.hnsw_engine import ENCODINGS, kept_exactly, rescore, searched_exactly
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -60,7 +60,6 @@ class IVFConfig(FirstStageRecord):
     def to_dict(self) -> dict:
         """The manifest's ``first_stage`` entry."""
         return {"type": "ivf", "file": ANN_FILE, **asdict(self)}
-
 
 
 # k-means needs tens of rows a list: Faiss warns below 39

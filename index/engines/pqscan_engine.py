@@ -36,8 +36,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
+from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -82,7 +82,6 @@ class PQScanConfig(FirstStageRecord):
     def to_dict(self) -> dict:
         """The manifest's ``first_stage`` entry."""
         return {"type": "pqscan", "file": ANN_FILE, "nbits": NBITS, **asdict(self)}
-
 
 
 def is_pqscan(first_stage: dict) -> bool:
