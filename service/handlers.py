@@ -15,8 +15,9 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.building.calibration import breadth_for, recall_at
-from densehybrid.index.search.params import BREADTH, SEARCH_FIELDS, SearchParams
+from densehybrid.index.search.params import SEARCH_FIELDS, SearchParams
+from densehybrid.index.served.stated_recall import (BreadthLimits, RecallBreadth, RecallUnavailable,
+                                                     breadth_for_recall, stated)
 from densehybrid.service import scoring
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
@@ -184,7 +185,7 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     k = min(body.k, max(index.count - body.offset, 0))  # 0: the page is past the last hit
     candidates = min(max(body.candidates, k), index.count)
     lam = index.lam if body.lam is None else body.lam
-    breadth = requested_breadth(index.first_stage, body)
+    breadth, asked = requested_breadth(rt, index.first_stage, body)
     params = SearchParams(k=k, offset=body.offset, first_stage=body.first_stage, candidates=candidates,
                           theta=body.theta, rerank=body.rerank, lam=body.lam, method=body.fusion, rrf_k=body.rrf_k,
                           filter=body.filter, **breadth)
@@ -195,46 +196,28 @@ async def search(rt: Runtime, request: Request, body) -> dict:
         per_query = [[] for _ in texts]
     answer = {"results": per_query[0] if body.query is not None else per_query, "timing": timing,
               "index": {"name": index.name, "documents": index.count, "kind": rt.encoder.spec.kind,
-                        "first_stage": answered_by(index.first_stage, breadth)}}
+                        "first_stage": stated(index.first_stage, params, asked)}}
     if body.explain:
         answer["explained"] = explained_hits(rt, per_query)
     return answer
 
 
-def requested_breadth(first_stage: dict, body) -> dict:
-    """The breadth fields of a search: a request's own (ef_search, nprobe, margin, rescore), or for a ``recall`` (and no
-    breadth of this first stage) the cheapest breadth the index's build measured to keep it (the best measured,
-    if none does)."""
+def requested_breadth(rt: Runtime, first_stage: dict, body) -> tuple[dict, RecallBreadth | None]:
+    """The breadth fields of a search: a request's own (ef_search, nprobe, margin, rescore), and for a ``recall``
+    (with no breadth of this first stage given, which wins) the narrowest breadth the index's build measured to keep
+    it within the server's limits, with whether it does (422 for a first stage that cannot say)."""
     breadth = {field: getattr(body, field) for fields in SEARCH_FIELDS.values() for field in fields
                if getattr(body, field) is not None}
-    knob = BREADTH.get(first_stage["type"])
-    # an exact (or a Milvus) first stage keeps any recall; a breadth given for this first stage wins
-    if body.recall is None or knob is None or knob in breadth:
-        return breadth
-    calibration = first_stage.get("calibration")
-    if calibration is None:
-        raise InvalidRequest(f"this index's {first_stage['type']} first stage was not calibrated for recall "
-                             f"(built before calibration existed): ask for a breadth ({knob}) instead, or rebuild it")
-    return {knob: breadth_for(calibration["curve"], body.recall)["breadth"]}
-
-
-def answered_by(first_stage: dict, breadth: dict) -> dict:
-    """The first stage that answered: its type, the breadth the search used and, where the build calibrated
-    it, the recall@10 it measured at that breadth (between two measured breadths, the lower one's; 1.0 for an
-    exact scan)."""
-    knob = BREADTH.get(first_stage["type"])
-    answer = {key: value for key, value in first_stage.items() if key != "calibration"}
-    answer |= {field: breadth[field] for field in SEARCH_FIELDS.get(first_stage["type"], ()) if field in breadth}
-    if first_stage["type"] == "flat":
-        return answer | {"recall_at_10": 1.0}
-    if first_stage["type"] == "milvus":  # Milvus's own breadths, named as the index holds them
-        return answer | {key: value for key, value in breadth.items() if key in answer}
-    if knob is None:
-        return answer
-    calibration = first_stage.get("calibration")
-    if calibration is not None:
-        answer["recall_at_10"] = recall_at(calibration["curve"], answer[knob])
-    return answer
+    if body.recall is None:
+        return breadth, None
+    try:
+        asked = breadth_for_recall(first_stage, body.recall, BreadthLimits(rt.settings.max_ef_search,
+                                                                           rt.settings.max_nprobe))
+    except RecallUnavailable as exc:
+        raise InvalidRequest(str(exc)) from None
+    if any(field in breadth for field in asked.fields):  # the request's own breadth wins: no recall was chosen
+        return breadth, None
+    return breadth | asked.fields, asked
 
 
 def explained_hits(rt: Runtime, per_query: list[list[dict]]) -> dict:

@@ -98,8 +98,15 @@ class FirstStage(BaseModel):
     rescore: int | None = Field(None, description="pqscan: the least candidates rescored per query (in an answer: "
                                                   "the number it used)")
     index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
-    recall_at_10: float | None = Field(None, description="an answer's: the recall@10 the build measured at the breadth "
-                                                         "used (1.0 for an exact scan; absent where not calibrated)")
+    recall_at_10: float | None = Field(None, description="an answer's: the recall@10 the build measured for such a "
+                                                         "search at the breadth used (1.0 for an exact scan); null "
+                                                         "where it measured no such search (see recall_note)")
+    recall_note: str | None = Field(None, description="an answer's: why it states no recall (a filter, approx_gip, hits "
+                                                      "past the top 10, a smaller rescore, no calibration); the live "
+                                                      "recall in /info measures such searches too")
+    reached: bool | None = Field(None, description="an answer to a `recall` request: whether the breadth used keeps "
+                                                   "it (false: the best the build measured within the server's "
+                                                   "limits falls short)")
     calibration: Calibration | None = Field(None, description="/info's: the build's recall against latency per breadth")
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from densehybrid.index.building import calibration
-from densehybrid.index.building.calibration import Point, breadth_for, choose, measure, recall_at, recall_at_k
+from densehybrid.index.building.calibration import Point, choose, measure, recall_at_k
 
 
 def test_recall_counts_the_exact_rows_found_whatever_their_order():
@@ -55,18 +55,3 @@ def test_the_target_holds_for_whole_top10s_not_only_for_the_mean_recall():
 def test_an_unreachable_target_gets_the_best_recall_and_says_so():
     choice = choose(_points((16, 0.80, 0.3), (64, 0.90, 0.9)), 0.99)
     assert not choice.reached and choice.point.breadth == 64 and choice.target == 0.99
-
-
-def test_a_requested_recall_maps_onto_the_manifest_curve():
-    curve = [p.to_dict() for p in _points((16, 0.80, 0.3), (64, 0.95, 0.9), (256, 0.99, 3.0))]
-    assert breadth_for(curve, 0.9)["breadth"] == 64
-    assert breadth_for(curve, 0.99)["breadth"] == 256
-    assert breadth_for(curve, 0.999)["breadth"] == 256  # the best there is
-    with pytest.raises(ValueError, match="no breadth"):
-        choose([], 0.9)
-
-
-def test_a_breadth_between_two_measured_ones_is_known_by_the_lower_ones_recall():
-    curve = [p.to_dict() for p in _points((16, 0.80, 0.3), (64, 0.95, 0.9), (256, 0.99, 3.0))]
-    assert recall_at(curve, 64) == 0.95 and recall_at(curve, 100) == 0.95 and recall_at(curve, 5000) == 0.99
-    assert recall_at(curve, 8) is None

@@ -85,14 +85,14 @@ def test_a_request_for_a_recall_gets_the_cheapest_breadth_measured_to_keep_it(se
     first_stage, _, client = served
     answer = client.post("/search", json={"query": "graph recall", "k": 5, "recall": wanted}).json()
     if first_stage == "flat":
-        assert answer["index"]["first_stage"] == {"type": "flat", "recall_at_10": 1.0}
+        assert answer["index"]["first_stage"] == {"type": "flat", "recall_at_10": 1.0, "reached": True}
         return
     curve = _curve(client)
     keeping = [p for p in curve if p["exact_top10"] >= wanted]  # whole top 10s for that share of the queries
     expected = (min(keeping, key=lambda p: p["breadth"]) if keeping
                 else max(curve, key=lambda p: (p["recall_at_10"], -p["breadth"])))
     assert answer["index"]["first_stage"] == {"type": "hnsw", "ef_search": expected["breadth"],
-                                              "recall_at_10": expected["recall_at_10"]}
+                                              "recall_at_10": expected["recall_at_10"], "reached": bool(keeping)}
 
 
 def test_a_breadth_given_beside_a_recall_wins(served):
@@ -127,3 +127,12 @@ def test_an_ef_search_out_of_bounds_is_a_422_and_the_server_stays_up(served, ef_
     response = client.post("/search", json={"query": "graph", "ef_search": ef_search})
     assert response.status_code == 422 and "ef_search" in response.text
     assert client.post("/search", json={"query": "graph"}).status_code == 200
+
+
+def test_an_answer_past_the_measured_top_10_states_no_recall_and_says_why(served):
+    first_stage, _, client = served
+    answer = client.post("/search", json={"query": "graph recall", "k": 20}).json()["index"]["first_stage"]
+    if first_stage == "hnsw":
+        assert answer["recall_at_10"] is None and "recall@10" in answer["recall_note"]
+    else:  # an exact scan finds every page exactly
+        assert answer == {"type": "flat", "recall_at_10": 1.0}
