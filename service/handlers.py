@@ -15,15 +15,15 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
-from densehybrid.index.search.params import SEARCH_FIELDS, SearchParams
-from densehybrid.index.served.stated_recall import (BreadthLimits, RecallBreadth, RecallUnavailable,
-                                                     breadth_for_recall, stated)
+from densehybrid.index.search.params import SearchParams
+from densehybrid.index.served.stated_recall import stated
 from densehybrid.service import scoring
 from densehybrid.service.batcher import Output
 from densehybrid.service.errors import (InvalidRequest, NoIndex, NotFound, NotReady, PayloadTooLarge,
                                         StoreUnavailable)
 from densehybrid.service.pipeline import EncodedTexts, TextOptions, record
 from densehybrid.service.runtime import Runtime
+from densehybrid.service.stated import measured_on_traffic, requested_breadth
 
 TRUNCATION_NOTE = ("a text longer than its role's max length (prompt and special tokens included) is truncated to it, "
                    "keeping its first tokens (truncation_direction left: its last), when the request's truncate "
@@ -202,24 +202,6 @@ async def search(rt: Runtime, request: Request, body) -> dict:
     return answer
 
 
-def requested_breadth(rt: Runtime, first_stage: dict, body) -> tuple[dict, RecallBreadth | None]:
-    """The breadth fields of a search: a request's own (ef_search, nprobe, margin, rescore), and for a ``recall``
-    (with no breadth of this first stage given, which wins) the narrowest breadth the index's build measured to keep
-    it within the server's limits, with whether it does (422 for a first stage that cannot say)."""
-    breadth = {field: getattr(body, field) for fields in SEARCH_FIELDS.values() for field in fields
-               if getattr(body, field) is not None}
-    if body.recall is None:
-        return breadth, None
-    try:
-        asked = breadth_for_recall(first_stage, body.recall, BreadthLimits(rt.settings.max_ef_search,
-                                                                           rt.settings.max_nprobe))
-    except RecallUnavailable as exc:
-        raise InvalidRequest(str(exc)) from None
-    if any(field in breadth for field in asked.fields):  # the request's own breadth wins: no recall was chosen
-        return breadth, None
-    return breadth | asked.fields, asked
-
-
 def explained_hits(rt: Runtime, per_query: list[list[dict]]) -> dict:
     """How many hits of an explained search carry an explanation (the first ones, in answer order) and how many
     do not: queries x k may pass max_explain_hits, a product of two fields that JSON Schema cannot bound."""
@@ -253,7 +235,8 @@ def info(rt: Runtime) -> dict:
         "index": None if index is None else {"name": index.name, "documents": index.count,
                                              "dim": spec.dim, "lam": float(index.lam), "fields": index.field_types,
                                              "fusion": index.manifest.get("fusion"),
-                                             "precision": index.encoded_precision, "first_stage": index.first_stage},
+                                             "precision": index.encoded_precision,
+                                             "first_stage": index.first_stage | measured_on_traffic(rt)},
         "search_lambda": None if index is None else float(index.lam),
         "limits": {"max_k": s.max_k, "max_candidates": s.max_candidates, "max_ef_search": s.max_ef_search,
                    "max_nprobe": s.max_nprobe,

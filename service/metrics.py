@@ -11,6 +11,8 @@ time of the batch it rode in).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -21,6 +23,8 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 # the fraction of rows a filter keeps: decades down to one row in a million, then coarser up to all
 SELECTIVITY_BUCKETS = (1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.99, 1.0)
+# recall@10 of one sampled query: fine near the top, where targets sit
+RECALL_BUCKETS = (0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 1.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -85,6 +89,27 @@ class ServiceMetrics:
                                             "its count is the number of filtered searches)",
                                             buckets=SELECTIVITY_BUCKETS, registry=r)
 
+        self.first_stage_recall = Histogram(p + "first_stage_recall",
+                                            "recall@10 of the first stage on sampled live queries against an exact "
+                                            "scan of the same rows (per sampled query; recall_sample_rate)",
+                                            ["index", "first_stage", "filtered"], buckets=RECALL_BUCKETS, registry=r)
+        self.recall_samples = Counter(p + "first_stage_recall_samples_total",
+                                      "live recall samples by outcome: measured, dropped (the sample queue was full) "
+                                      "or failed", ["outcome"], registry=r)
+        self.live_recall = Gauge(p + "first_stage_live_recall",
+                                 "mean recall@10 of the last recall_window sampled queries (NaN before the first)",
+                                 ["filtered"], registry=r)
+        self.recall_target = Gauge(p + "first_stage_recall_target",
+                                   "the recall@10 the index's approximate first stage was built to keep (--target-recall; "
+                                   "0 for an exact scan or a build without a target)",
+                                   registry=r)
+
+        self.first_stage_breadth = Gauge(p + "first_stage_breadth",
+                                         "the default breadth of the approximate first stage (ef_search, nprobe or "
+                                         "margin), as recall steering left it", ["knob"], registry=r)
+        self.breadth_changes = Counter(p + "first_stage_breadth_changes_total",
+                                       "default breadth changes made by recall steering", ["direction"], registry=r)
+
     # -- reports from the encoder worker (see service.batcher.BatchObserver) --
     def observe_batch(self, role: str, texts: int, tokens: int, seconds: float) -> None:
         self.batch_size.observe(texts)
@@ -121,6 +146,32 @@ class ServiceMetrics:
 
     def observe_filter(self, selectivity: float) -> None:
         self.filter_selectivity.observe(selectivity)
+
+    def watch_recall(self, index: str, first_stage: str, target: float | None, live) -> tuple:
+        """Report a :class:`service.live_recall.LiveRecall` (``live``): its window's means at scrape time, and the
+        (observe, count) callables it reports each sample through."""
+        for filtered in (False, True):
+            self.live_recall.labels(filtered=str(filtered).lower()).set_function(lambda f=filtered: live.mean(f))
+        if target is not None:
+            self.recall_target.set(target)
+
+        def observe(filtered: bool, recall: float) -> None:
+            self.first_stage_recall.labels(index=index, first_stage=first_stage,
+                                           filtered=str(filtered).lower()).observe(recall)
+
+        return observe, lambda outcome: self.recall_samples.labels(outcome=outcome).inc()
+
+    def watch_breadth(self, knob: str, breadth: float) -> Callable[[str, float], None]:
+        """Report the steered default breadth: its value now, and the callable each change reports through."""
+        self.first_stage_breadth.labels(knob=knob).set(breadth)
+        current = {"breadth": breadth}
+
+        def changed(knob: str, to: float) -> None:
+            self.breadth_changes.labels(direction="wider" if to > current["breadth"] else "narrower").inc()
+            self.first_stage_breadth.labels(knob=knob).set(to)
+            current["breadth"] = to
+
+        return changed
 
     def observe_write_turn(self, seconds: float) -> None:
         self.write_turn_wait.observe(seconds)

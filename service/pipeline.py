@@ -33,6 +33,7 @@ from densehybrid.service.batcher import Batcher, EncodeOutcome, Output, Then
 from densehybrid.service.errors import (ClientGone, InvalidRequest, PayloadTooLarge, QueueFull, RequestTimeout,
                                         ServiceError, search_error)
 from densehybrid.service.health import Health
+from densehybrid.service.live_recall import LiveRecall
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.search_batcher import SearchBatcher, SearchOutcome
 from densehybrid.service.tracing import trace_of
@@ -126,7 +127,7 @@ async def _wait_for_disconnect(request: Request) -> None:
 class Pipeline:
     def __init__(self, encoder: Encoder, batcher: Batcher, search_batcher: SearchBatcher | None,
                  search_pool: Executor, health: Health, metrics: ServiceMetrics, *, timeout_s: float,
-                 retry_after_s: int = 1, pacer: WritePacer | None = None):
+                 retry_after_s: int = 1, pacer: WritePacer | None = None, live_recall: LiveRecall | None = None):
         self.encoder = encoder
         self.batcher = batcher
         self.search_batcher = search_batcher
@@ -136,6 +137,7 @@ class Pipeline:
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
         self.pacer = pacer if pacer is not None else WritePacer()
+        self.live_recall = live_recall
 
     # -- the core ------------------------------------------------------------------
     async def _run(self, request: Request, texts: list[str], role: Role, options: TextOptions, then: Then, *,
@@ -250,7 +252,10 @@ class Pipeline:
                 self.metrics.observe_search(params.first_stage, found.search_ms / 1000, rerank_s)
                 if found.selectivity is not None:
                     self.metrics.observe_filter(found.selectivity)
-                return _Finished(encoded, found, then(encoded.encoded, found))
+                shaped = _Finished(encoded, found, then(encoded.encoded, found))
+                if self.live_recall is not None:  # a draw, and for a drawn query a put that never blocks
+                    self.live_recall.offer(encoded.encoded, params)
+                return shaped
 
             self.search_batcher.submit(encoded.encoded, params, future=future, then=shape)
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from densehybrid.encoder.choices import Role
+from densehybrid.service.recall_responses import LiveRecall, Steering
 
 
 class SearchTiming(BaseModel):
@@ -108,6 +109,22 @@ class FirstStage(BaseModel):
                                                    "it (false: the best the build measured within the server's "
                                                    "limits falls short)")
     calibration: Calibration | None = Field(None, description="/info's: the build's recall against latency per breadth")
+    live_recall: LiveRecall | None = Field(None, description="/info's: the recall measured on sampled live queries "
+                                                             "(a local index; recall_sample_rate)")
+    steering: Steering | None = Field(None, description="/info's, with recall_steering on: the default breadth the live "
+                                                        "recall keeps at the target, and its changes")
+
+
+class RecallResponse(BaseModel):
+    recall_at_10: float = Field(description="mean share of each query's exact top 10 (over the rows the filter "
+                                            "keeps) that the first stage found")
+    exact_top10: float = Field(description="share of the queries whose whole exact top 10 was found")
+    queries: int
+    source: str = Field(description="what the queries were: the texts sent, or sampled rows of the index")
+    per_query: list[float]
+    first_stage: FirstStage = Field(description="the first stage measured, the breadth used and the recall its build "
+                                                "states for such a search")
+    timing: dict[str, float]
 
 
 class IndexSummary(BaseModel):

@@ -11,7 +11,9 @@ from densehybrid.service import documents, handlers
 from densehybrid.service.metrics import CONTENT_TYPE
 from densehybrid.service.runtime import Runtime
 from densehybrid.service.responses import (EncodeResponse, ErrorBody, ExplainResponse, Health, Info, Ready,
-                                           SearchResponse, StoredDocument, WriteResult)
+                                           RecallResponse, SearchResponse, StoredDocument, WriteResult)
+from densehybrid.service.recall_route import measure_recall
+from densehybrid.service.recall_schema import recall_request_model
 from densehybrid.service.schemas import documents_request_model, request_models
 
 _ERROR_TEXTS = {
@@ -73,6 +75,15 @@ def build_router(runtime: Runtime) -> APIRouter:
     async def explain(request: Request, body: ExplainRequest = Body()) -> dict:  # type: ignore[valid-type]
         """Matched terms of a query and a document, and the lexical/semantic split of its score."""
         return await handlers.explain(runtime, request, body)
+
+    RecallRequest = recall_request_model(SearchRequest, runtime.settings.limits)
+
+    @router.post("/recall", response_model=RecallResponse, responses=_ERRORS, tags=["ops"],
+                 response_model_exclude_none=True)
+    async def recall(request: Request, body: RecallRequest = Body()) -> dict:  # type: ignore[valid-type]
+        """Recall@10 of the first stage on given queries (or sampled rows), with a filter and a breadth, against an
+        exact scan of the same rows; needs the API key when one is configured."""
+        return await measure_recall(runtime, request, body)
 
     DocumentsRequest = documents_request_model(runtime.settings.limits, field_types)
 

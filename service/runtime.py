@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from densehybrid.encoder.base import Encoder
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.health import Health
+from densehybrid.service.live_recall import LiveRecall
+from densehybrid.service.recall_steering import RecallSteering
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.pipeline import Pipeline
 from densehybrid.service.search_batcher import SearchBatcher
@@ -33,6 +35,8 @@ class Runtime:
     health: Health
     compactor: Compactor | None
     tracing: Tracing | None = None  # None: tracing off (no otlp_endpoint)
+    live_recall: LiveRecall | None = None  # None: no local index to measure
+    steering: RecallSteering | None = None  # None: recall steering off
 
     @property
     def ready(self) -> bool:

@@ -94,6 +94,22 @@ class ServiceSettings(BaseSettings):
     passage_prompt: str | None = Field(None, description="put before every passage (encode-only servers; with an "
                                        "index it must equal the index's)")
 
+    # live recall: a sampled share of searches scanned exactly off the request path (service.live_recall)
+    recall_sample_rate: float = Field(0.01, ge=0.0, le=1.0, description="share of searched queries whose first-stage "
+                                      "recall@10 is measured against an exact scan, off the request path (0: off)")
+    recall_sample_queue: int = Field(32, ge=1, le=10000, description="sampled queries waiting for their exact scan; "
+                                     "past it a sample is dropped and counted, never waited for")
+    recall_window: int = Field(1000, ge=1, le=1_000_000, description="the last sampled queries the live recall in "
+                               "/info and /metrics is the mean of")
+
+    recall_steering: bool = Field(False, description="move the first stage's default breadth one measured step wider "
+                                  "when the live recall falls under the index's target, one narrower when it is "
+                                  "recall_steering_slack above it (within max_ef_search/max_nprobe; logged, in /info)")
+    recall_steering_samples: int = Field(200, ge=10, le=100_000, description="unfiltered live samples at the default "
+                                         "breadth that recall steering compares with the target before each step")
+    recall_steering_slack: float = Field(0.02, ge=0.0, le=1.0, description="how far above the target the live recall "
+                                         "must be before recall steering narrows the breadth")
+
     # request limits (422 above the value limits, 413 above the size limits)
     max_k: int = Field(1000, ge=1, description="largest k in /search")
     max_candidates: int = Field(10000, ge=1, le=10000, description="largest first-stage depth K1")

@@ -19,6 +19,7 @@ from densehybrid.encoder.base import Encoder
 from densehybrid.index.search.params import SearchParams
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.health import Health
+from densehybrid.service.recall_watch import live_recall_of, steering_of
 from densehybrid.service.metrics import ServiceMetrics
 from densehybrid.service.pipeline import Pipeline
 from densehybrid.service.runtime import Runtime
@@ -157,9 +158,11 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index: StoredInde
                       retry_after_s=settings.retry_after_s, observer=metrics,
                       hand_on=search_batcher.held if search_batcher is not None else None)
     health = Health(served, settings.store_check_s)
+    live_recall = live_recall_of(settings, served, metrics) if served is not None and not served.remote else None
+    steering = steering_of(settings, served, live_recall, metrics)
     pipeline = Pipeline(encoder, batcher, search_batcher, pool, health, metrics,
                         timeout_s=settings.request_timeout_s, retry_after_s=settings.retry_after_s,
-                        pacer=WritePacer(settings.write_share, settings.max_waiting_writes))
+                        pacer=WritePacer(settings.write_share, settings.max_waiting_writes), live_recall=live_recall)
     spec = encoder.spec
     metrics.describe_model(kind=spec.kind, model_id=spec.model_id, device=encoder.device, skip_mlm=spec.skip_mlm,
                            backend=encoder.backend, precision=encoder.precision,
@@ -179,7 +182,7 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index: StoredInde
         raise StartupError(str(exc)) from exc
     return Runtime(settings=settings, encoder=encoder, index=served, batcher=batcher, search_pool=pool,
                    search_batcher=search_batcher, pipeline=pipeline, metrics=metrics, health=health,
-                   compactor=compactor, tracing=tracing)
+                   compactor=compactor, tracing=tracing, live_recall=live_recall, steering=steering)
 
 
 def _live(settings: ServiceSettings, index):
@@ -207,6 +210,8 @@ def _make_searcher(index, search_device: str):
 
 def start(rt: Runtime) -> None:
     rt.batcher.start()
+    if rt.live_recall is not None:
+        rt.live_recall.start()
     rt.health.start()
     rt.health.status = "warming up"
 
@@ -252,6 +257,8 @@ def _warm_search(rt: Runtime):
 def stop(rt: Runtime) -> None:
     rt.health.stop()
     rt.batcher.stop()
+    if rt.live_recall is not None:
+        rt.live_recall.close()
     rt.search_pool.shutdown(wait=True)
     if rt.compactor is not None:
         rt.compactor.stop()

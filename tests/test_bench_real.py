@@ -58,3 +58,22 @@ def test_the_served_answers_are_timed_and_scored_against_the_exact_top_10(tmp_pa
     assert out["first_stage"]["type"] == "flat" and out["search_ms"]["n"] == 4
     assert out["recall_at_10"]["near"] == 1.0  # an exact scan, scored against the vectors the server made
     assert out["server_ms"]["encode_ms"]["p50"] > 0 and out["search_ms"]["p50"] > out["server_ms"]["search_ms"]["p50"]
+
+
+def test_the_live_recall_matches_an_offline_comparison_and_its_cost_is_measured(tmp_path, minilm_dir):
+    from densehybrid.bench.scale import live_recall
+
+    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=400)
+    built = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model", "minilm",
+                                     "--kind", "cls", "--pooling", "mean", "--normalize", "--out", str(tmp_path / "index"),
+                                     "--no-progress", "--ann", "pqscan"])
+    assert built.exit_code == 0, built.output
+    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    groups = {"near": [t[:80] for t in texts[:8]], "far": ["what is the capital of france", "how do whales sleep"]}
+    truth = live_recall.truth(tmp_path / "index", groups, {"margin": 0, "rescore": 10})
+    for breadth in ("default", "narrow"):
+        assert truth[breadth]["samples"] == 10 and truth[breadth]["dropped"] == 0
+        assert abs(truth[breadth]["difference"]) <= 1e-3, truth  # the same answers, scored twice
+    cost = live_recall.cost(tmp_path / "index", texts[:6], 1.0)
+    assert cost["sampled"] >= 6 and cost["search_ms_sampling"]["n"] == cost["search_ms_not_sampling"]["n"] == 6
+    assert cost["sampling_busy_s"] > 0 and 0 < cost["sampling_cpu_share_of_one_core"] < 1

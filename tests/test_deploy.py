@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,10 @@ CONTRACT = {
     "densehybrid_index_documents": "gauge",
     "densehybrid_index_dims": "gauge",
     "densehybrid_model_info": "info",
+    "densehybrid_first_stage_recall": "histogram",
+    "densehybrid_first_stage_recall_samples_total": "counter",
+    "densehybrid_first_stage_live_recall": "gauge",
+    "densehybrid_first_stage_recall_target": "gauge",
 }
 
 
@@ -395,7 +400,8 @@ def live_exposition(tmp_path_factory) -> str:
 
     encoder = FakeEncoder("dhr")
     index_dir = _small_index(encoder, tmp_path_factory.mktemp("index"))
-    settings = ServiceSettings(index=index_dir, api_key="k", log_json=False)
+    # every search's recall is measured, so that the live recall's labelled series are on /metrics
+    settings = ServiceSettings(index=index_dir, api_key="k", log_json=False, recall_sample_rate=1.0)
     with LiveServer(create_app(settings, encoder=encoder, index=load_index(index_dir))) as server:
         auth = {"Authorization": "Bearer k"}
         assert httpx.post(server.url + "/search", json={"query": "dense retrieval", "k": 3}, headers=auth,
@@ -403,7 +409,11 @@ def live_exposition(tmp_path_factory) -> str:
         assert httpx.post(server.url + "/encode", json={"texts": ["gated inner product"], "role": "passage"},
                           headers=auth, timeout=30).status_code == 200
         assert httpx.post(server.url + "/search", json={"query": "no key"}, timeout=30).status_code == 401
-        return httpx.get(server.url + "/metrics", timeout=30).text
+        deadline = time.monotonic() + 30
+        while 'densehybrid_first_stage_recall_count{' not in (text := httpx.get(server.url + "/metrics").text):
+            assert time.monotonic() < deadline, "the sampled search was never measured"
+            time.sleep(0.05)
+        return text
 
 
 def live_series(exposition: str) -> dict[str, set[str]]:

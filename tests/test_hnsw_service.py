@@ -54,6 +54,7 @@ def test_info_names_the_first_stage_and_the_ef_search_limit(served):
     info = client.get("/info").json()
     assert info["limits"]["max_ef_search"] == 512
     named = {k: v for k, v in info["index"]["first_stage"].items() if v is not None}
+    assert named.pop("live_recall")["sample_rate"] == 0.01  # measured on live traffic: tests/test_live_recall.py
     if first_stage == "hnsw":  # the build measured the curve, and kept the breadth it was given
         calibration = named.pop("calibration")
         assert calibration["knob"] == "ef_search" and calibration["target_recall"] is None

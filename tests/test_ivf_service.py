@@ -44,6 +44,7 @@ def test_info_names_the_first_stage_and_the_nprobe_limit(served):
     info = client.get("/info").json()
     assert info["limits"]["max_nprobe"] == 64
     named = {k: v for k, v in info["index"]["first_stage"].items() if v is not None}
+    assert named.pop("live_recall")["sample_rate"] == 0.01  # measured on live traffic: tests/test_live_recall.py
     if first_stage == "ivf":  # the build measured every number of lists up to all of them
         assert [p["breadth"] for p in named.pop("calibration")["curve"]] == [1, 2, 4, LISTS]
     assert named == ({"type": "ivf", "nprobe": 2} if first_stage == "ivf" else {"type": "flat"})

@@ -41,6 +41,7 @@ from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.search.params import BREADTH
 from densehybrid.index.served.loading import load_index
+from densehybrid.index.served.stated_recall import recall_at
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
     return {"choice": name, "knob": knob, "build_s": round(built_s, 1), "fixed_rescore_sweep": fixed,
             "calibration_s": calibrated["calibration"]["seconds"], "files": files,
             "calibrated": {"breadth": calibrated[knob], "reached": calibrated["calibration"]["reached"],
-                           "stated_recall": calibration.recall_at(calibrated["calibration"]["curve"], calibrated[knob])},
+                           "stated_recall": recall_at(calibrated["calibration"]["curve"], calibrated[knob])},
             "sweep": points}
 
 

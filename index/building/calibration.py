@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from densehybrid.index.served.stated_recall import Choice, Point, choose, recall_at_k
+from densehybrid.index.search.recall import recall_at_k
+from densehybrid.index.served.stated_recall import Choice, Point, choose
 
 __all__ = ["Choice", "Point", "choose", "measure", "recall_at_k"]
 

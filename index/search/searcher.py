@@ -26,6 +26,7 @@ from densehybrid.index.errors import IndexMismatchError, SearchError
 from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.mix import resolve_mix
 from densehybrid.index.search.params import SEARCH_FIELDS, SearchParams
+from densehybrid.index.search.recall import recall_at_k
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
@@ -81,6 +82,7 @@ class Searcher:
         self.spec = index.spec
         self.device = device
         self.store: VectorStore = index.vector_store(device, float16=float16, engine=engine)
+        self._exact: VectorStore | None = None if self.store.first_stage != "flat" else self.store
 
     @property
     def name(self) -> str:
@@ -209,12 +211,7 @@ class Searcher:
         rrf_k = self.index.rrf_k if params.rrf_k is None else params.rrf_k
         if not (np.isfinite(rrf_k) and rrf_k >= 0):
             raise SearchError(f"rrf_k must be a finite number >= 0, got {rrf_k}")
-        selection = None if params.filter is None else self.index.select(params.filter)
-        selectivity = None if selection is None else selection.fraction
-        if params.row_limit is not None:  # after the selectivity: a bound is no filter to report
-            selection = rows_below(params.row_limit, self.index.count, selection)
-        if selection is not None and selection.everything:
-            selection = None
+        selection, selectivity = self._selection(params)
         n = self.index.count if selection is None else selection.count
         if len(queries) == 0 or n <= offset:
             none = np.zeros((len(queries), 0))
@@ -247,6 +244,34 @@ class Searcher:
         rerank_ms = _ms(start)
         timing = {"search_ms": search_ms + (0.0 if second else rerank_ms), "rerank_ms": rerank_ms if second else 0.0}
         return self._results(scores, rows, timing, parts, selectivity)
+
+    def _selection(self, params: SearchParams) -> tuple[Selection | None, float | None]:
+        """The rows a search may return (None: all) and the fraction its filter keeps (None: no filter)."""
+        selection = None if params.filter is None else self.index.select(params.filter)
+        selectivity = None if selection is None else selection.fraction
+        if params.row_limit is not None:  # after the selectivity: a bound is no filter to report
+            selection = rows_below(params.row_limit, self.index.count, selection)
+        if selection is not None and selection.everything:
+            selection = None
+        return selection, selectivity
+
+    def first_stage_recall(self, queries: Encoded, params: SearchParams, k: int = 10) -> np.ndarray:
+        """(Q,) recall@``k`` of the ``ip`` first stage at ``params``'s breadth and filter: the share of each query's
+        exact top ``k`` inner products over the rows the filter keeps that the first stage finds, as the build's
+        calibration measures it (the λ-scaled query over the whole vector). The exact top comes from a scan of
+        every kept row (:meth:`StoredIndex.exact_store`), so this costs a full scan a query."""
+        self._check(queries, params)
+        selection, _ = self._selection(params)
+        k = min(k, self.index.count if selection is None else selection.count)
+        if k < 1 or len(queries) == 0:
+            return np.ones(len(queries))
+        xq = self.scale(queries.values, params.lam)
+        gq = queries.gates if self.reranks else None
+        found = self._first_stage(xq, gq, params.but(first_stage="ip"), k, selection)[1]
+        if self._exact is None:
+            self._exact = self.index.exact_store()
+        exact = self._exact.inner_product(xq, k, **({} if selection is None else {"selection": selection}))[1]
+        return recall_at_k(found, exact)
 
     def _results(self, scores: np.ndarray, rows: np.ndarray, timing: dict[str, float],
                  parts: list[np.ndarray] | None, selectivity: float | None) -> SearchResults:

@@ -203,6 +203,10 @@ class StoredIndex(ServedIndex, Protocol):
                      engine: str | None = None) -> VectorStore:
         """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``)."""
 
+    def exact_store(self) -> VectorStore:
+        """A store whose ``ip`` first stage scans every row exactly: the reference a measured recall is taken
+        against (SearchError where the rows live elsewhere)."""
+
     def select(self, node: Filter) -> Selection:
         """The rows a filter keeps, in the form this index's store takes (``index.search.filters``)."""
 

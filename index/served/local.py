@@ -19,6 +19,7 @@ from densehybrid.index.storage.payload import Payload
 from densehybrid.index.search.searcher import CpuSearch
 from densehybrid.index.search.served import DocumentLookup, ManifestView, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.storage.vectors import VECTORS, open_vectors
 
 
 @dataclass(eq=False)
@@ -65,6 +66,12 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
 
     def field_values(self, rows: Sequence[int], names: Sequence[str]) -> list[dict]:
         return self.payload.rows(rows, names)
+
+    def exact_store(self) -> VectorStore:
+        """Faiss's exact scan of ``vectors.faiss`` (opened again when the first stage is product codes)."""
+        scan = self.faiss if faiss_engine.exact(self.faiss) else open_vectors(
+            self.path / VECTORS, count=self.count, dim=self.values.shape[1], dtype=str(self.values.dtype))[0]
+        return faiss_engine.FaissStore(scan, self.values, self.gates, self.doc_ids)
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:

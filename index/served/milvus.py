@@ -91,6 +91,10 @@ class MilvusIndex(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     def healthy(self) -> bool:
         return self.store.healthy()
 
+    def exact_store(self) -> VectorStore:
+        """None here: the rows live in Milvus, and reading every one of them to measure a recall is Milvus's job."""
+        raise SearchError("a Milvus collection's recall is not measured here: its rows live in Milvus")
+
     def select(self, node: filters.Filter) -> filters.Selection:
         """The filter as a Milvus expression over the exported scalar fields, and how many rows match."""
         expression = filters.to_milvus(node, self.field_types)

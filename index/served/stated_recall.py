@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from densehybrid.index.search.params import BREADTH, SEARCH_FIELDS, SearchParams
 
 K = 10  # the calibration measures recall@10
@@ -27,12 +25,6 @@ MILVUS_EXACT = frozenset({"FLAT", "GPU_BRUTE_FORCE"})
 
 class RecallUnavailable(ValueError):
     """A recall was asked of a first stage that cannot turn one into a breadth (the message says what to do)."""
-
-
-def recall_at_k(found: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    """Per query, the share of its exact top-k rows (Q, k) that ``found`` (Q, k') holds (-1s never count)."""
-    return np.array([len(set(f[f >= 0].tolist()) & set(e[e >= 0].tolist())) / max(1, int((e >= 0).sum()))
-                     for f, e in zip(found, exact)])
 
 
 @dataclass(frozen=True)

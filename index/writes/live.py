@@ -66,6 +66,7 @@ class LiveIndex(ManifestView, ServedIndex):
         self._make_searcher = make_searcher
         self.log = log_
         self._state = _State(base, make_searcher(base), Delta())
+        self._breadth: dict[str, float] = {}  # a default breadth set while serving (set_default_breadth)
         self._write_lock = threading.Lock()
         self._compact_lock = threading.Lock()
         self._since_rotation: list[Change] | None = None
@@ -186,6 +187,24 @@ class LiveIndex(ManifestView, ServedIndex):
         return _DeltaRows(state.base.spec, d.values16, d.gates, d.rows), row - state.base.count
 
     # -- search --
+    def first_stage_recall(self, queries: Encoded, params: SearchParams, k: int = 10) -> np.ndarray:
+        """(Q,) recall@``k`` of the base's first stage for ``queries`` at ``params``, against an exact scan of the
+        same rows (``Searcher.first_stage_recall``); the rows written since the last fold are searched exactly
+        anyway, so they are left out of both."""
+        return self._state.searcher.first_stage_recall(queries, params, k)
+
+    def set_default_breadth(self, knob: str, breadth: float) -> None:
+        """Search with ``breadth`` as the first stage's default ``knob`` (ef_search, nprobe or margin) from now on,
+        in this generation and the ones compactions publish (the manifest keeps the build's)."""
+        self._breadth = {knob: breadth}
+        _set_breadth(self._state.searcher.store, self._breadth)
+
+    def sample_rows(self, count: int, seed: int = 0) -> Encoded:
+        """A seeded sample of ``count`` of the base's rows as queries: their stored vectors (float32) and gates."""
+        base = self._state.base
+        rows = np.sort(np.random.default_rng(seed).choice(base.count, min(count, base.count), replace=False))
+        return Encoded(np.asarray(base.values[rows], np.float32), None if base.gates is None else base.gates[rows])
+
     def search(self, queries: Encoded, params: SearchParams = SearchParams()) -> SearchResults:
         state = self._state
         return merged_search(state.searcher, state.delta, queries, params)
@@ -244,6 +263,7 @@ class LiveIndex(ManifestView, ServedIndex):
                 base = load_index(state.base.path)
                 base.contains("")  # an id list of format 2 sorts its lookup now, not under the write lock below
                 searcher = self._make_searcher(base)
+                _set_breadth(searcher.store, self._breadth)
             except BaseException:
                 with self._write_lock:  # the rotated segments stay; they are folded next time
                     self._since_rotation = None
@@ -261,3 +281,11 @@ class LiveIndex(ManifestView, ServedIndex):
             self._folder.close()
         if self.log is not None:
             self.log.close()
+
+
+def _set_breadth(store, breadth: dict[str, float]) -> None:
+    """A store's default breadth, where it has that knob (a steered breadth outlives a compaction)."""
+    for knob, value in breadth.items():
+        if knob in SEARCH_FIELDS.get(store.first_stage, ()):
+            setattr(store, knob, int(value) if knob in ("ef_search", "nprobe") else float(value))
+
