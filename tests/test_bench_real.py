@@ -74,6 +74,7 @@ def test_the_live_recall_matches_an_offline_comparison_and_its_cost_is_measured(
     for breadth in ("default", "narrow"):
         assert truth[breadth]["samples"] == 10 and truth[breadth]["dropped"] == 0
         assert abs(truth[breadth]["difference"]) <= 1e-3, truth  # the same answers, scored twice
+        assert abs(truth[breadth]["metrics_difference"]) <= 1e-3, truth
     cost = live_recall.cost(tmp_path / "index", texts[:6], 1.0)
     assert cost["sampled"] >= 6 and cost["search_ms_sampling"]["n"] == cost["search_ms_not_sampling"]["n"] == 6
     assert cost["sampling_busy_s"] > 0 and 0 < cost["sampling_cpu_share_of_one_core"] < 1

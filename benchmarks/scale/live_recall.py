@@ -85,6 +85,20 @@ def cost(index_dir: Path, texts: list[str], rate: float, serve_args=()) -> dict:
             "exact_scan_ms_per_sample": round(1000 * live["busy_s"] / max(1, live["measured"]), 2)}
 
 
+def metrics_sums(client) -> tuple[float, float]:
+    """(sum, count) of the unfiltered recall histogram on ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {"sum": 0.0, "count": 0.0}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        if family.name == "densehybrid_first_stage_recall":
+            for sample in family.samples:
+                kind = sample.name.rsplit("_", 1)[-1]
+                if kind in totals and sample.labels.get("filtered") == "false":
+                    totals[kind] += sample.value
+    return totals["sum"], totals["count"]
+
+
 def truth(index_dir: Path, groups: dict[str, list[str]], narrow: dict, serve_args=()) -> dict:
     """The live recall of a server that samples every query against an offline exact comparison of its answers."""
     import httpx
@@ -100,6 +114,7 @@ def truth(index_dir: Path, groups: dict[str, list[str]], narrow: dict, serve_arg
                                          for t in texts], np.float32) for name, texts in groups.items()}
             for breadth, extra in (("default", None), ("narrow", narrow)):
                 before = client.get("/info").json()["index"]["first_stage"]["live_recall"]
+                sum_before, count_before = metrics_sums(client)
                 for name, texts in groups.items():
                     answered[breadth][name] = [{h["id"] for h in _search_ms(client, t, extra)[1]["results"]}
                                                for t in texts]
@@ -114,6 +129,8 @@ def truth(index_dir: Path, groups: dict[str, list[str]], narrow: dict, serve_arg
                                                             - (before["recall_at_10"] or 0) * before["count"])
                                                            / (now["count"] - before["count"]), 4),
                                  "samples": now["count"] - before["count"], "dropped": now["dropped"]}
+                sum_now, count_now = metrics_sums(client)
+                live[breadth]["metrics_recall_at_10"] = round((sum_now - sum_before) / (count_now - count_before), 4)
     finally:
         stop_process(proc)
     index = load_index(index_dir)
@@ -125,7 +142,8 @@ def truth(index_dir: Path, groups: dict[str, list[str]], narrow: dict, serve_arg
         offline = float(np.mean([r for rs in recalls.values() for r in rs]))
         live[breadth] |= {"offline_recall_at_10": round(offline, 4),
                           "offline_by_group": {n: round(float(np.mean(r)), 4) for n, r in recalls.items()},
-                          "difference": round(live[breadth]["live_recall_at_10"] - offline, 4)}
+                          "difference": round(live[breadth]["live_recall_at_10"] - offline, 4),
+                          "metrics_difference": round(live[breadth]["metrics_recall_at_10"] - offline, 4)}
     return {"narrow": narrow, "queries": {n: len(t) for n, t in groups.items()}, **live}
 
 

@@ -256,18 +256,26 @@ class Searcher:
         return selection, selectivity
 
     def first_stage_recall(self, queries: Encoded, params: SearchParams, k: int = 10) -> np.ndarray:
-        """(Q,) recall@``k`` of the ``ip`` first stage at ``params``'s breadth and filter: the share of each query's
-        exact top ``k`` inner products over the rows the filter keeps that the first stage finds, as the build's
-        calibration measures it (the λ-scaled query over the whole vector). The exact top comes from a scan of
-        every kept row (:meth:`StoredIndex.exact_store`), so this costs a full scan a query."""
+        """(Q,) recall@``k`` of the ``ip`` first stage as a search with ``params`` runs it (its breadth, filter and
+        depth: ``offset + k`` hits, or ``candidates`` before a rerank): the share of each query's exact top ``k``
+        inner products over the rows the filter keeps that the first stage's top ``k`` holds (the λ-scaled query
+        over the whole vector, as the build's calibration measures it). The exact top comes from a scan of every
+        kept row (:meth:`StoredIndex.exact_store`), so this costs a full scan a query."""
         self._check(queries, params)
         selection, _ = self._selection(params)
-        k = min(k, self.index.count if selection is None else selection.count)
+        n = self.index.count if selection is None else selection.count
+        k = min(k, n)
         if k < 1 or len(queries) == 0:
             return np.ones(len(queries))
         xq = self.scale(queries.values, params.lam)
         gq = queries.gates if self.reranks else None
-        found = self._first_stage(xq, gq, params.but(first_stage="ip"), k, selection)[1]
+        ip = params.but(first_stage="ip")
+        if params.rerank and self.reranks:  # the candidates a rerank would take, in first-stage order
+            found = self._first_stage(xq, gq, ip, min(n, max(params.offset + params.k, params.candidates, k)),
+                                      selection)[1]
+        else:  # the ranked first stage an answer's hits come from (rows past the cut probe for ties)
+            found = self._ranked_first_stage(xq, gq, ip, min(n, max(params.offset + params.k, k)), selection)[1]
+        found = found[:, :k]
         if self._exact is None:
             self._exact = self.index.exact_store()
         exact = self._exact.inner_product(xq, k, **({} if selection is None else {"selection": selection}))[1]
