@@ -27,6 +27,7 @@ from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.mix import resolve_mix
 from densehybrid.index.search.params import SEARCH_FIELDS, SearchParams
 from densehybrid.index.search.recall import recall_at_k
+from densehybrid.index.search.ties import above_the_cut, run_reaches_the_end, tied_at_cut
 from densehybrid.index.search.served import SearchResults, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
 
@@ -39,31 +40,6 @@ TIE_PROBE = 16  # rows read past the cut of a ranked first stage, to see where a
 
 def _ms(start: float) -> float:
     return (time.perf_counter() - start) * 1000.0
-
-
-def _above_the_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> np.ndarray:
-    """The top ``depth`` rows of a sorted top list (Q, ≥ depth) less those tied with the row after the cut
-    (-1 instead); a list of ``depth`` rows or fewer comes back whole.
-
-    Which of a tied group makes the cut is engine-specific (Faiss, torch and Milvus order ties
-    differently), so keeping none of it gives every engine the same candidates. Such ties are in
-    practice a part's zero scores (no term matched), which the other part's candidates cover.
-    """
-    if rows.shape[1] <= depth:
-        return rows
-    keep = scores[:, :depth] > scores[:, depth:depth + 1]
-    return np.where(keep, rows[:, :depth], -1)
-
-
-def _tied_at_cut(scores: np.ndarray, rows: np.ndarray, depth: int) -> bool:
-    """Whether some query's sorted top list (Q, > depth) has the row after the cut tied with the last one kept."""
-    return bool(((rows[:, depth] >= 0) & (scores[:, depth] == scores[:, depth - 1])).any())
-
-
-def _run_reaches_the_end(scores: np.ndarray, rows: np.ndarray, depth: int) -> bool:
-    """Whether some query's run of scores equal to its last kept one (at ``depth - 1``) lasts to the end of
-    its list, so that rows past the list may belong to it too."""
-    return bool(((rows[:, -1] >= 0) & (scores[:, -1] == scores[:, depth - 1])).any())
 
 
 class Searcher:
@@ -147,7 +123,7 @@ class Searcher:
         n = self.index.count if selection is None else selection.count
         probe = min(n, depth + TIE_PROBE)
         scores, rows = self._first_stage(xq, gq, params, probe, selection)
-        if probe > depth and _tied_at_cut(scores, rows, depth) and _run_reaches_the_end(scores, rows, depth):
+        if probe > depth and tied_at_cut(scores, rows, depth) and run_reaches_the_end(scores, rows, depth):
             wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
             if wider > probe:
                 scores, rows = self._first_stage(xq, gq, params, wider, selection)
@@ -169,11 +145,11 @@ class Searcher:
         dense part's inner product is already exact, so only the lexical search uses ``first_stage``.
         """
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
-        # one row past the cut shows whether the cut runs through tied scores (see _above_the_cut)
+        # one row past the cut shows whether the cut runs through tied scores (see above_the_cut)
         probe = min(depth + 1, self.index.count if selection is None else selection.count)
-        lexical_rows = _above_the_cut(*self._first_stage(lexical, gq, params, probe, selection), depth)
+        lexical_rows = above_the_cut(*self._first_stage(lexical, gq, params, probe, selection), depth)
         dense = self._first_stage(dense, None, params.but(first_stage="ip"), probe, selection)
-        dense_rows = _above_the_cut(*dense, depth)
+        dense_rows = above_the_cut(*dense, depth)
         return fusion.union_rows(lexical_rows, dense_rows)
 
     def _fused_rerank(self, xq: np.ndarray, gq: np.ndarray, rows: np.ndarray, k: int, method: str,
