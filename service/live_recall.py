@@ -9,13 +9,15 @@ beside an exact scan of the same rows (``Searcher.first_stage_recall``) and keep
 ``densehybrid_first_stage_recall`` histogram and its alert.
 
 It never delays an answer: offering a query costs a random draw and, when drawn, a queue put that never
-blocks; a full queue drops the sample and counts it. One exact scan per sample, on one thread: at 1 % of
-queries that is about 1 % of a flat index's search work.
+blocks; a full queue drops the sample and counts it. One exact scan per sample, on one thread at the lowest
+CPU priority (on Linux, where each thread has its own), so the scans take what the request threads leave: at
+1 % of queries that is about 1 % of a flat index's search work.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -37,12 +39,22 @@ RecallObserver = Callable[[bool, float], None]
 # (params, filtered, recall) of one measured query: what steers the default breadth (service.recall_steering)
 SampleObserver = Callable[[SearchParams, bool, float], None]
 OutcomeCounter = Callable[[str], None]
+NICENESS = 19  # the sampling thread's: the exact scans run on what the request threads leave
 
 
 @dataclass(frozen=True)
 class _Sample:
     queries: Encoded
     params: SearchParams
+
+
+def lower_priority(niceness: int = NICENESS) -> None:
+    """Lower the calling thread's CPU priority (Linux keeps one per thread): its scans then take the cores only
+    when the request threads leave them. Elsewhere it runs as it is."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+    except (AttributeError, OSError) as exc:  # not Linux, or not allowed
+        log.info("the live recall thread keeps its priority (%s)", exc)
 
 
 def sampled(params: SearchParams) -> bool:
@@ -105,6 +117,7 @@ class LiveRecall:
                 self._count("dropped")
 
     def _run(self) -> None:
+        lower_priority()
         while (sample := self._queue.get()) is not None:
             started = time.perf_counter()
             try:

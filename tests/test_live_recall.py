@@ -2,6 +2,7 @@
 fatal), the first stage's recall against a brute force, /info and /metrics after real searches, and /recall."""
 
 import json
+import os
 import threading
 import time
 
@@ -18,7 +19,7 @@ from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
-from densehybrid.service.live_recall import LiveRecall, sampled
+from densehybrid.service.live_recall import NICENESS, LiveRecall, sampled
 from densehybrid.service.settings import ServiceSettings
 
 from support.fake_encoder import FakeEncoder
@@ -245,3 +246,21 @@ def test_a_malformed_recall_request_is_refused(client, body):
 
 def test_recall_on_demand_needs_the_api_key(client):
     assert httpx.post(client.base_url.join("/recall"), json={"sample": 5}).status_code == 401
+
+
+def test_the_sampling_thread_runs_at_the_lowest_priority():
+    seen = []
+
+    def measure(queries, params):
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return np.ones(1)
+
+    live = LiveRecall(measure, rate=1.0)
+    live.start()
+    try:
+        live.offer(_queries(1), SearchParams())
+        _wait_for(lambda: live.measured == 1)
+        assert seen == [NICENESS]
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < NICENESS  # the caller's is its own
+    finally:
+        live.close()

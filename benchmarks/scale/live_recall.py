@@ -2,14 +2,15 @@
 reports is the recall the answers had.
 
     python -m densehybrid.bench.scale.live_recall INDEX --queries NAME=FILE[:N] [--queries ...]
-        [--rate 0.01] [--narrow '{"margin": 0, "rescore": 50}'] [--serve-args "..."] [--out live.json]
+        [--rate 0.01] [--repeat 4] [--narrow '{"margin": 0, "rescore": 50}'] [--serve-args "..."] [--out live.json]
 
 Two measurements, each against ``densehybrid serve`` processes of the same index:
 
 - **Cost.** One server samples at ``--rate``, the other not at all; every query goes to both in turn
   (alternating which goes first), one client, so both see the same machine. It prints the ``/search``
   p50/p99 of each and their ratio, and the sampling thread's busy time as a share of the run's wall clock
-  (its ``/info`` ``busy_s``: the CPU the exact scans took).
+  (its ``/info`` ``busy_s``: the CPU the exact scans took). A control run of two servers that both do not
+  sample gives the ratios the machine's noise alone makes.
 - **Truth.** A server samples every query (rate 1, a window larger than the run). Each query is sent once,
   with the index's default breadth and again with ``--narrow`` (a breadth that loses rows, so that the
   comparison can tell), after its vector was asked for alone (``/encode``, as ``/search`` encodes a lone
@@ -51,12 +52,14 @@ def _search_ms(client, text: str, extra: dict | None = None) -> tuple[float, dic
     return (time.perf_counter() - started) * 1000.0, response.json()
 
 
-def cost(index_dir: Path, texts: list[str], rate: float, serve_args=()) -> dict:
-    """/search latency with and without sampling at ``rate``, interleaved, and the sampling thread's busy share."""
+def cost(index_dir: Path, texts: list[str], rate: float, serve_args=(), control: bool = False) -> dict:
+    """/search latency with and without sampling at ``rate``, interleaved, and the sampling thread's busy share;
+    ``control``: both servers at rate 0 (an A/A run: the ratios the machine's noise alone gives)."""
     import httpx
 
     (sampling, sampling_url), (plain, plain_url) = (_serve(index_dir, "--recall-sample-rate", str(r),
-                                                           serve_args=serve_args) for r in (rate, 0.0))
+                                                           serve_args=serve_args)
+                                                    for r in ((0.0 if control else rate), 0.0))
     try:
         with httpx.Client(base_url=sampling_url, timeout=120) as a, httpx.Client(base_url=plain_url, timeout=120) as b:
             for text in texts[:WARM_UP]:
@@ -76,7 +79,7 @@ def cost(index_dir: Path, texts: list[str], rate: float, serve_args=()) -> dict:
         stop_process(plain)
     sampled_ms, plain_ms = summarize(with_ms).to_dict(), summarize(without_ms).to_dict()
     busy_s = live["busy_s"] - busy_before
-    return {"rate": rate, "queries": len(texts), "sampled": live["measured"], "dropped": live["dropped"],
+    return {"rate": 0.0 if control else rate, "queries": len(texts), "sampled": live["measured"], "dropped": live["dropped"],
             "search_ms_sampling": sampled_ms, "search_ms_not_sampling": plain_ms,
             "p50_ratio": round(sampled_ms["p50"] / plain_ms["p50"], 3),
             "p99_ratio": round(sampled_ms["p99"] / plain_ms["p99"], 3),
@@ -154,13 +157,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=0.01, help="the sampling rate whose cost is measured")
     parser.add_argument("--narrow", type=json.loads, default=DEFAULT_NARROW,
                         help="a breadth that loses rows, as JSON search fields")
+    parser.add_argument("--repeat", type=int, default=1, help="passes over the queries in the cost measurement")
     parser.add_argument("--serve-args", default="", help="more flags for densehybrid serve, as one string")
     parser.add_argument("--out", type=Path, default=Path("live-recall.json"))
     args = parser.parse_args(argv)
     groups = dict(read_queries(spec) for spec in args.queries)
     serve_args = shlex.split(args.serve_args)
+    texts = [t for texts in groups.values() for t in texts] * args.repeat
     result = {"index": str(args.index), "rows": load_index(args.index).count,
-              "cost": cost(args.index, [t for texts in groups.values() for t in texts], args.rate, serve_args),
+              "cost": cost(args.index, texts, args.rate, serve_args),
+              "control": cost(args.index, texts, args.rate, serve_args, control=True),
               "truth": truth(args.index, groups, args.narrow, serve_args)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
