@@ -40,7 +40,8 @@ SENTENCE_WORDS = (4, 30)
 _EXACT_CHUNK = 65_536
 # the breadths measured, by first stage (capped by each engine's own maximum)
 GRIDS = {"hnsw": (16, 32, 64, 128, 256, 512, 1024, 2048),
-         "pqscan": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15),
+         # up to 1: the code-score error of unnormalised rows (a DLR's lexical values) is several tenths of |q|
+         "pqscan": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0),
          "ivf": tuple(2 ** i for i in range(11))}
 
 
