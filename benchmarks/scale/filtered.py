@@ -39,6 +39,7 @@ from densehybrid.index.engines import faiss_engine
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.params import BREADTH
 from densehybrid.index.served.loading import load_index
+from densehybrid.index.storage.vectors import VECTORS
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def stores(index, names: list[str], scratch: Path, breadths: dict[str, float]) -
             record_file = directory / "record.json"
             if not record_file.exists():
                 directory.mkdir(parents=True, exist_ok=True)
+                (directory / VECTORS).symlink_to((index.path / VECTORS).resolve())  # the rows of its exact scans
                 started = time.perf_counter()
                 with faiss_engine.omp_threads(os.cpu_count() or 1):
                     record = write_approximate(values, directory, CHOICES[name])

@@ -21,7 +21,7 @@ import numpy as np
 
 from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
-from densehybrid.index.engines.hnsw_engine import ENCODINGS, kept_exactly, rescore, searched_exactly
+from densehybrid.index.engines.hnsw_engine import ENCODINGS, checked, kept_exactly, rescore, searched_exactly
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -97,13 +97,15 @@ def read_ivf(path: Path, count: int, dim: int, config: IVFConfig) -> faiss.Index
 class IvfStore(HostRows, VectorStore):
     """IVF candidates, exact scores: ``ivf`` (an IndexIVF whose ids are the rows), values (N, dim) float16
     or float32, the stored copy memory-mapped, gates (N, G) uint8 or None; ``nprobe`` the lists scanned
-    per query by default."""
+    per query by default; ``flat`` the Faiss flat index of the stored copy, for the exact scans (None: numpy
+    reads ``values``)."""
 
     first_stage = "ivf"
 
-    def __init__(self, ivf: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, nprobe: int):
+    def __init__(self, ivf: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, nprobe: int,
+                 flat: faiss.Index | None = None):
         super().__init__(values, gates, doc_ids)
-        self.ivf, self.nprobe = ivf, nprobe
+        self.ivf, self.nprobe, self.flat = ivf, nprobe, flat
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -111,7 +113,7 @@ class IvfStore(HostRows, VectorStore):
             raise SearchError(f"nprobe must be in 1..{MAX_NPROBE}, got {nprobe}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return kept_exactly(xq, self.values, selection, depth)
+            return kept_exactly(xq, self.values, selection, depth, self.flat)
         probes, wanted = min(nprobe or self.nprobe, self.ivf.nlist), max(depth, MIN_RESCORED)
         rows = self._candidates(xq, wanted, probes, selection)
         # A filter's kept rows near a query are about as likely to sit in its nearest lists as the dropped
@@ -122,7 +124,8 @@ class IvfStore(HostRows, VectorStore):
         if short is not None and short.any():
             wider = min(self.ivf.nlist, int(np.ceil(probes / selection.fraction)))
             rows[short] = self._candidates(xq[short], wanted, wider, selection)
-        return rescore(xq, self.values, rows, depth)
+        found = rescore(xq, self.values, rows, depth)
+        return found if selection is None else checked(xq, self.values, selection, found, self.flat)
 
     def _candidates(self, xq: np.ndarray, wanted: int, probes: int, selection: Selection | None) -> np.ndarray:
         """(Q, wanted) rows from the codes of each query's ``probes`` nearest lists, -1 where they hold fewer."""
