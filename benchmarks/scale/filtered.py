@@ -102,9 +102,10 @@ def stores(index, names: list[str], scratch: Path, breadths: dict[str, float]) -
         else:
             directory = scratch / name
             record_file = directory / "record.json"
+            directory.mkdir(parents=True, exist_ok=True)
+            if not (directory / VECTORS).exists():  # the rows of its exact scans
+                (directory / VECTORS).symlink_to((index.path / VECTORS).resolve())
             if not record_file.exists():
-                directory.mkdir(parents=True, exist_ok=True)
-                (directory / VECTORS).symlink_to((index.path / VECTORS).resolve())  # the rows of its exact scans
                 started = time.perf_counter()
                 with faiss_engine.omp_threads(os.cpu_count() or 1):
                     record = write_approximate(values, directory, CHOICES[name])

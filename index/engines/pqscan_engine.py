@@ -9,7 +9,9 @@ copy, that the rerank reads too), so every score a search reports is exact and o
 approximate.
 
 Which codes are rescored is decided per query: every row whose code score lies within ``margin`` × |q| of
-the k-th best code score, and at least ``rescore`` rows. A code score is off from the exact one by about
+the k-th best code score (or of the k-th best exact score of the ``rescore`` best codes, where that is
+lower), and at least ``rescore`` rows; when more than ``MAX_RESCORE`` rows lie within it, every row is
+scanned exactly instead. A code score is off from the exact one by about
 the same amount for any query of a given norm (it is q · (x − x̂), x̂ the row's code), so the margin that
 keeps a query's exact top k inside the rescored set is about the same for queries like the corpus and for
 queries from another domain (measured on 827k package summaries: the 95th percentile of the margin each
@@ -24,10 +26,12 @@ to the in-domain queries'. What it costs grows with the rows (a graph's cost doe
 corpora of up to a few million rows; the scale guide compares them.
 
 A filter is applied inside the scan (a row selector over the codes): a filtered search ranks the kept
-rows' code scores alone and rescores those within the margin of the k-th best kept one, and at least
-``rescore`` of them, exactly as an unfiltered search does with every row. So the candidates a filter
-leaves are as good as an unfiltered search's however unlike the query the kept rows are (a filter
-keeping the rows least like the query loses nothing), and a filtered search costs about one scan.
+rows' code scores alone and treats them exactly as an unfiltered search treats every row, however unlike
+the query the kept rows are. A kept row the exact answer holds is missed only when its code is off by
+more than the margin. Where the kept rows' best scores are dense (a filter keeping the rows least like
+the query: its best rows sit in the thick of the score distribution), more rows lie within the margin:
+up to ``MAX_RESCORE`` are rescored, beyond that the kept rows are scanned exactly (through the flat
+index when the store has it), so such a search costs up to one exact scan of the kept rows.
 
 The file holds a plain ``IndexPQ`` of 4-bit codes, one code row per index row in row order, so a fold
 copies the kept rows' codes and encodes only the written rows; opening it repacks the codes into the
@@ -55,9 +59,11 @@ from densehybrid.index.storage.files import PQSCAN_CODES
 ANN_FILE = PQSCAN_CODES
 NBITS = 4  # the fast scan's code size
 DIMS_PER_CODE = 4  # 384 dims -> 96 codes of 4 bits: 48 bytes a row
-# the most candidates a search may rescore (a service setting bounds ``rescore`` further)
+# the most candidates a search may rescore (a service setting bounds ``rescore`` further); a query with more
+# rows within its margin is scanned exactly
 MAX_RESCORE = 10_000
-# the most candidates the margin may add (the scan returns this many code scores to pick them from)
+# the code scores a scan returns to pick the rows within the margin from; a query with more rows within it
+# is scanned again for MAX_RESCORE
 MAX_WITHIN_MARGIN = 2_000
 MAX_MARGIN = 10.0
 
