@@ -164,7 +164,8 @@ def checked(xq: np.ndarray, values: np.ndarray, selection: Selection, found: tup
     last = np.where(rows[:, -1] >= 0, scores[:, -1], -np.inf)
     last = last + 1e-6 * np.maximum(1.0, np.abs(np.where(rows[:, -1] >= 0, last, 0.0)))  # not a tie of rounding
     outside = ~(drawn[None, :, None] == rows[:, None, :]).any(axis=2)
-    wrong = ((drawn_scores > last[:, None]) & outside).any(axis=1)
+    short = (rows >= 0).sum(axis=1) < min(rows.shape[1], selection.count)
+    wrong = ((drawn_scores > last[:, None]) & outside).any(axis=1) | short
     if wrong.any():
         scores, rows = scores.copy(), rows.copy()
         scores[wrong], rows[wrong] = kept_exactly(xq[wrong], values, selection, rows.shape[1], flat)
