@@ -10,7 +10,10 @@ inner-product order of the originals (every row has the same augmented norm). It
 query's ``ef_search`` best from the graph and scores them again exactly against ``values`` (the
 index's one stored copy, ``vectors.faiss`` memory-mapped, that the rerank reads too), so every score a search reports is exact and only the
 candidate set is approximate. A filter that keeps few rows is answered exactly over those rows
-(a graph search would visit mostly rows it must skip). After a fold added rows to the graph instead of
+(a graph search would visit mostly rows it must skip). Otherwise the walk returns kept rows only and is
+widened as the filter keeps fewer, and :func:`checked` scores a random draw of the kept rows: when the
+walk went where the filter keeps nothing (a filter keeping the rows least like the query), a drawn row
+beats its answer and the kept rows are scanned exactly instead. After a fold added rows to the graph instead of
 rebuilding it, its nodes are no longer the rows: ``node_rows`` maps them (-1 for a row the fold
 dropped, which the walk passes through but never returns).
 """
