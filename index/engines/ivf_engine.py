@@ -7,10 +7,10 @@ inner product with the query and scans the codes of the ``nprobe`` best lists (F
 metric throughout: a scan needs no distance, unlike a graph walk). It only finds candidates:
 :class:`IvfStore` scores each query's ``depth`` best again exactly against ``values`` (the index's
 one stored copy, that the rerank reads too), so every score a search reports is exact and only the
-candidate set is approximate (a search reads at least ``MIN_RESCORED`` candidates). A filtered answer is
-checked against a random draw of the kept rows (``hnsw_engine.checked``): when the query's lists hold
-none of the kept rows' best (a filter keeping the rows least like the query), a drawn row beats the answer
-and the kept rows are scanned exactly instead. The list ids are rows at all times: a fold renumbers them in place
+candidate set is approximate (a search reads at least ``MIN_RESCORED`` candidates). A filter that keeps
+a query's lists markedly less than the rest (a filter keeping the rows least like the query) has its best
+rows elsewhere: such a search scans the kept rows exactly. Any other filtered answer is checked against a
+random draw of the kept rows (``hnsw_engine.checked``), and one a drawn row beats is replaced the same way. The list ids are rows at all times: a fold renumbers them in place
 rather than keeping a map beside them.
 """
 
