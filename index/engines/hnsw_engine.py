@@ -11,9 +11,10 @@ query's ``ef_search`` best from the graph and scores them again exactly against 
 index's one stored copy, ``vectors.faiss`` memory-mapped, that the rerank reads too), so every score a search reports is exact and only the
 candidate set is approximate. A filter that keeps few rows is answered exactly over those rows
 (a graph search would visit mostly rows it must skip). Otherwise the walk returns kept rows only and is
-widened as the filter keeps fewer, and :func:`checked` scores a random draw of the kept rows: when the
-walk went where the filter keeps nothing (a filter keeping the rows least like the query), a drawn row
-beats its answer and the kept rows are scanned exactly instead. After a fold added rows to the graph instead of
+widened as the filter keeps fewer. A filter that keeps a query's nearest rows markedly less than the
+rest (a filter keeping the rows least like the query) has its best rows away from where the walk goes:
+such a search scans the kept rows exactly. Any other filtered answer is checked by :func:`checked`
+against a random draw of the kept rows, and one a drawn row beats is replaced the same way. After a fold added rows to the graph instead of
 rebuilding it, its nodes are no longer the rows: ``node_rows`` maps them (-1 for a row the fold
 dropped, which the walk passes through but never returns).
 """
@@ -151,6 +152,8 @@ def kept_exactly(xq: np.ndarray, values: np.ndarray, selection: Selection | None
 
 # kept rows scored exactly after an approximate filtered search, to check its answer (about a millisecond)
 CHECKED_ROWS = 1024
+# the nearest rows of an unfiltered walk whose kept share tells a filter that avoids the query's neighbours
+NEIGHBOURS = 64
 
 
 def checked(xq: np.ndarray, values: np.ndarray, selection: Selection, found: tuple[np.ndarray, np.ndarray],
@@ -208,9 +211,32 @@ class HnswStore(HostRows, VectorStore):
             bits = self._live_bits if returned is self._live else np.packbits(returned, bitorder="little")
             params.sel = faiss.IDSelectorBitmap(len(returned), faiss.swig_ptr(bits))  # bits outlive the search
         _, nodes = faiss_search(self.hnsw, augment_queries(xq, self.hnsw.d), breadth, params)
-        rows = nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)
-        found = rescore(xq, self.values, rows, depth)
-        return found if selection is None else checked(xq, self.values, selection, found, self.flat)
+        scores, rows = rescore(xq, self.values, self._rows(nodes), depth)
+        if selection is None:
+            return scores, rows
+        aside = self._aside(xq, selection)
+        if aside.any():  # the filter keeps the query's neighbours less than the rest: its best rows lie elsewhere
+            scores[aside], rows[aside] = kept_exactly(xq[aside], self.values, selection, depth, self.flat)
+        if (~aside).any():
+            scores[~aside], rows[~aside] = checked(xq[~aside], self.values, selection,
+                                                   (scores[~aside], rows[~aside]), self.flat)
+        return scores, rows
+
+    def _rows(self, nodes: np.ndarray) -> np.ndarray:
+        return nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)
+
+    def _aside(self, xq: np.ndarray, selection: Selection) -> np.ndarray:
+        """(Q,) whether a query's ``NEIGHBOURS`` nearest rows (an unfiltered walk) are kept markedly less often
+        than all rows are: three standard deviations of a random draw below the kept fraction (a filter
+        keeping the rows least like the query keeps none of them)."""
+        params = faiss.SearchParametersHNSW(efSearch=NEIGHBOURS)
+        if self._live is not None:
+            params.sel = faiss.IDSelectorBitmap(len(self._live), faiss.swig_ptr(self._live_bits))
+        rows = self._rows(faiss_search(self.hnsw, augment_queries(xq, self.hnsw.d), NEIGHBOURS, params)[1])
+        seen = np.maximum(1, (rows >= 0).sum(axis=1))
+        share = (selection.mask[np.maximum(rows, 0)] & (rows >= 0)).sum(axis=1) / seen
+        fraction = selection.fraction
+        return share < fraction - 3 * np.sqrt(fraction * (1 - fraction) / seen)
 
     def _returned_nodes(self, selection: Selection | None) -> np.ndarray | None:
         """(nodes,) bool: the nodes a walk may return (None: all of them), the live ones of the kept rows."""
