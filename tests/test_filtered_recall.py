@@ -12,7 +12,7 @@ import pytest
 from densehybrid.index.building.ann import build_hnsw
 from densehybrid.index.building.ivf import build_ivf
 from densehybrid.index.building.pqscan import build_pqscan
-from densehybrid.index.engines import hnsw_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig, HnswStore
 from densehybrid.index.engines.ivf_engine import IVFConfig, IvfStore
 from densehybrid.index.engines.pqscan_engine import PQScanConfig, PQScanStore, fast_scan
@@ -156,3 +156,14 @@ def test_random_filters_keep_the_recall_of_an_unfiltered_search(stores, xq, xb, 
     mask = np.random.default_rng(22).random(N) < fraction
     found = stores[engine].inner_product(xq, K, selection(mask))[1]
     assert np.mean([recall_kept(f, q, xb, mask) for f, q in zip(found, xq)]) >= 0.95
+
+
+def test_without_a_margin_a_search_rescores_its_rescore_rows_filtered_or_not(monkeypatch, stores, xq, xb):
+    counted = []
+    original = pqscan_engine.rescore_kept
+    monkeypatch.setattr(pqscan_engine, "rescore_kept",
+                        lambda q, v, r, k: (counted.append((r >= 0).sum(1).tolist()), original(q, v, r, k))[1])
+    mask = least_like(xq[0], xb, 0.5)
+    for chosen in (None, selection(mask)):
+        stores["pqscan"].inner_product(xq[:1], K, chosen, margin=0.0, rescore=30)
+    assert counted == [[30], [30]]  # no exact-score floor, no wider scan, no exact scan

@@ -195,7 +195,9 @@ class PQScanStore(HostRows, VectorStore):
         score returned is still above the floor, one wider scan looks further."""
         count = self.scan.ntotal if selection is None else selection.count
         scores, rows = self._scan(xq, min(wanted, count), selection)
-        found = rescore_kept(xq, self.values, np.where(np.arange(rows.shape[1]) < least, rows, -1), depth)[0][:, -1]
+        found = None  # without a margin the ``least`` best codes are rescored, and only those
+        if width.any():
+            found = rescore_kept(xq, self.values, np.where(np.arange(rows.shape[1]) < least, rows, -1), depth)[0][:, -1]
         floor = margin_floor(scores, depth, width, found)
         spilled = (scores[:, -1] > floor) & (wanted < count)
         if spilled.any() and wanted < MAX_RESCORE:
