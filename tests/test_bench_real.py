@@ -2,11 +2,12 @@
 
 import json
 
+import numpy as np
 from typer.testing import CliRunner
 
 from support.index_files import built_stdlib_index, write_queries
 
-from densehybrid.bench.scale import real, real_report, real_serve
+from densehybrid.bench.scale import filtered, real, real_report, real_serve
 from densehybrid.cli.demo_corpus import write_stdlib_corpus
 from densehybrid.cli.main import app
 
@@ -78,3 +79,29 @@ def test_the_live_recall_matches_an_offline_comparison_and_its_cost_is_measured(
     cost = live_recall.cost(tmp_path / "index", texts[:6], 1.0)
     assert cost["sampled"] >= 6 and cost["search_ms_sampling"]["n"] == cost["search_ms_not_sampling"]["n"] == 6
     assert cost["sampling_busy_s"] > 0 and 0 < cost["sampling_cpu_share_of_one_core"] < 1
+
+
+def test_filtered_recall_is_measured_per_engine_and_filter_against_the_kept_rows_exact_top_10(tmp_path, fake_models):
+    _, texts = built_stdlib_index(tmp_path, 600)
+    write_queries(tmp_path / "near.jsonl", texts[:6])
+    out = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["pqscan", "ivf"],
+                       tmp_path / "scratch", {"ivf": 1})
+    assert out["rows"] == 600 and set(out["engines"]) == {"pqscan", "ivf"}
+    assert out["engines"]["ivf"]["breadth"] == {"nprobe": 1}
+    for engine in out["engines"].values():
+        assert list(engine["filters"]) == list(filtered.KINDS)
+        for entry in engine["filters"].values():
+            assert 0 <= entry["near"]["recall_at_10"] <= 1 and entry["p99_ms"] >= entry["p50_ms"] > 0
+    again = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["ivf"], tmp_path / "scratch", {})
+    assert again["engines"]["ivf"]["breadth"] != {"nprobe": 1}  # the written lists reused, at their own breadth
+    assert "| ivf | least-like-20 |" in filtered.markdown({"before": out, "after": again})
+
+
+def test_the_least_like_filter_keeps_the_rows_of_lowest_score_and_ties_count_alike():
+    scores = np.array([5.0, 1.0, 3.0, 2.0, 4.0, 0.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+                       16.0, 17.0, 18.0, 19.0], np.float32)
+    mask = filtered.kept_rows("least-like-20", scores, {})
+    assert np.flatnonzero(mask).tolist() == [1, 2, 3, 5]
+    assert filtered.recall(np.flatnonzero(mask), scores, mask) == (1.0, False)
+    assert filtered.recall(np.array([1, -1]), scores, mask) == (0.25, True)
+    assert filtered.recall(np.array([0]), scores, mask)[0] == 0.0  # a row the filter drops: a wrong answer

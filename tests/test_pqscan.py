@@ -12,7 +12,7 @@ from densehybrid.encoder.base import Encoded
 from densehybrid.index.building.pqscan import build_pqscan, fold_pqscan, write_pqscan
 from densehybrid.index.engines.hnsw_engine import EXACT_KEPT_ROWS
 from densehybrid.index.engines import pqscan_engine
-from densehybrid.index.engines.pqscan_engine import (ANN_FILE, PQScanConfig, PQScanStore, read_pqscan,
+from densehybrid.index.engines.pqscan_engine import (ANN_FILE, PQScanConfig, PQScanStore, fast_scan, read_pqscan,
                                                      sub_quantizers, within_margin)
 from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search.filters import Selection
@@ -27,7 +27,7 @@ SMALL = PQScanConfig(rescore=50, margin=0.0, train_size=2000)
 
 def _store(xb: np.ndarray, config: PQScanConfig = SMALL) -> PQScanStore:
     codes, built = build_pqscan(xb, config)
-    return PQScanStore(faiss.IndexPQFastScan(codes), xb, None, [f"d{i}" for i in range(len(xb))], built.rescore,
+    return PQScanStore(fast_scan(codes), xb, None, [f"d{i}" for i in range(len(xb))], built.rescore,
                        built.margin)
 
 

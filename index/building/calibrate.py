@@ -145,19 +145,28 @@ def exact_scan_ms(staged: Path, values: np.ndarray, xq: np.ndarray) -> float:
 
 
 def store_of(staged: Path, record: dict, values: np.ndarray):
-    """The served store of the staged first stage ``record`` (a graph, lists or codes beside ``values``)."""
+    """The served store of the staged first stage ``record`` (a graph, lists or codes beside ``values``), with
+    the flat index of the staged ``vectors.faiss`` for its exact scans when there is one."""
     count, dim = values.shape
     kind = record["type"]
+    flat = flat_of(staged, values)
     if kind == "hnsw":
         return hnsw_engine.HnswStore(hnsw_engine.read_ann(staged / hnsw_engine.ANN_FILE, count, dim), values, None, (),
-                                     record["ef_search"])
+                                     record["ef_search"], flat=flat)
     if kind == "ivf":
         config = ivf_engine.IVFConfig.from_dict(record)
         return ivf_engine.IvfStore(ivf_engine.read_ivf(staged / ivf_engine.ANN_FILE, count, dim, config), values,
-                                   None, (), config.nprobe)
+                                   None, (), config.nprobe, flat=flat)
     config = pqscan_engine.PQScanConfig.from_dict(record)
     return pqscan_engine.PQScanStore(pqscan_engine.read_pqscan(staged / pqscan_engine.ANN_FILE, count, dim, config),
-                                     values, None, (), config.rescore, config.margin)
+                                     values, None, (), config.rescore, config.margin, flat=flat)
+
+
+def flat_of(staged: Path, values: np.ndarray):
+    """The flat Faiss index of ``staged``'s ``vectors.faiss`` (``values``' file), None when it has none."""
+    if not (staged / VECTORS).exists():
+        return None
+    return open_vectors(staged / VECTORS, count=len(values), dim=values.shape[1], dtype=str(values.dtype))[0]
 
 
 def grid(record: dict, count: int) -> list[float]:

@@ -10,7 +10,11 @@ inner-product order of the originals (every row has the same augmented norm). It
 query's ``ef_search`` best from the graph and scores them again exactly against ``values`` (the
 index's one stored copy, ``vectors.faiss`` memory-mapped, that the rerank reads too), so every score a search reports is exact and only the
 candidate set is approximate. A filter that keeps few rows is answered exactly over those rows
-(a graph search would visit mostly rows it must skip). After a fold added rows to the graph instead of
+(a graph search would visit mostly rows it must skip). Otherwise the walk returns kept rows only and is
+widened as the filter keeps fewer. A filter that keeps a query's nearest rows markedly less than the
+rest (a filter keeping the rows least like the query) has its best rows away from where the walk goes:
+such a search scans the kept rows exactly. Any other filtered answer is checked by :func:`checked`
+against a random draw of the kept rows, and one a drawn row beats is replaced the same way. After a fold added rows to the graph instead of
 rebuilding it, its nodes are no longer the rows: ``node_rows`` maps them (-1 for a row the fold
 dropped, which the walk passes through but never returns).
 """
@@ -23,7 +27,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.engines.faiss_engine import exact_over, search as faiss_search
+from densehybrid.index.engines.faiss_engine import exact_over, search as faiss_search, search_kept
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import IndexLoadError, SearchError
@@ -135,23 +139,57 @@ def searched_exactly(selection: Selection | None) -> bool:
                                       or selection.fraction < EXACT_KEPT_FRACTION)
 
 
-def kept_exactly(xq: np.ndarray, values: np.ndarray, selection: Selection, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """The exact top ``depth`` over the rows ``selection`` keeps, read from ``values`` (a filter that keeps few)."""
-    return exact_over(xq, lambda rows: np.asarray(values[rows], dtype=np.float32), np.flatnonzero(selection.mask),
-                      depth)
+def kept_exactly(xq: np.ndarray, values: np.ndarray, selection: Selection | None, depth: int,
+                 flat: faiss.Index | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top ``depth`` over the rows ``selection`` keeps (every row for None), read from ``values``, or
+    scanned by ``flat`` (the Faiss flat index of the same file, which skips the other rows: over 827k random
+    rows of 384 float16 dims, keeping 5 to 80 % of them took 11 to 110 ms where numpy took 50 to 1,500 ms)."""
+    if flat is not None:
+        return search_kept(flat, xq, depth, np.ones(len(values), bool) if selection is None else selection.mask)
+    rows = np.arange(len(values)) if selection is None else np.flatnonzero(selection.mask)
+    return exact_over(xq, lambda chunk: np.asarray(values[chunk], dtype=np.float32), rows, depth)
+
+
+# kept rows scored exactly after an approximate filtered search, to check its answer (about a millisecond)
+CHECKED_ROWS = 1024
+# the nearest rows of an unfiltered walk whose kept share tells a filter that avoids the query's neighbours
+NEIGHBOURS = 64
+
+
+def checked(xq: np.ndarray, values: np.ndarray, selection: Selection, found: tuple[np.ndarray, np.ndarray],
+            flat: faiss.Index | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """An approximate filtered search's answer ``found`` (scores, rows (Q, depth), -1: none), with each query's
+    replaced by the exact top over the kept rows where it is wrong for sure: where a kept row outside it scores
+    above its last (or it is short of rows while more are kept). Which kept rows are scored: ``CHECKED_ROWS``
+    drawn at random, so an answer far down the kept rows' ranking (as a walk or lists near the query give for
+    a filter keeping the rows least like it) is caught almost surely, and a good one costs only the draw."""
+    scores, rows = found
+    kept = np.flatnonzero(selection.mask)
+    drawn = np.unique(kept[np.random.default_rng(seed).integers(0, len(kept), min(CHECKED_ROWS, len(kept)))])
+    drawn_scores = xq @ np.asarray(values[drawn], dtype=np.float32).T  # (Q, drawn)
+    last = np.where(rows[:, -1] >= 0, scores[:, -1], -np.inf)
+    last = last + 1e-6 * np.maximum(1.0, np.abs(np.where(rows[:, -1] >= 0, last, 0.0)))  # not a tie of rounding
+    outside = ~(drawn[None, :, None] == rows[:, None, :]).any(axis=2)
+    short = (rows >= 0).sum(axis=1) < min(rows.shape[1], selection.count)
+    wrong = ((drawn_scores > last[:, None]) & outside).any(axis=1) | short
+    if wrong.any():
+        scores, rows = scores.copy(), rows.copy()
+        scores[wrong], rows[wrong] = kept_exactly(xq[wrong], values, selection, rows.shape[1], flat)
+    return scores, rows
 
 
 class HnswStore(HostRows, VectorStore):
     """HNSW candidates, exact scores: ``hnsw`` (an IndexHNSW over the N rows), values (N, dim) float16 or
     float32, the stored copy memory-mapped, gates (N, G) uint8 or None; ``ef_search`` the default graph breadth per query;
-    ``node_rows`` (nodes,) int64 the row of each graph node, -1 dead (None: node i is row i)."""
+    ``node_rows`` (nodes,) int64 the row of each graph node, -1 dead (None: node i is row i); ``flat`` the Faiss
+    flat index of the stored copy, for the exact scans (None: numpy reads ``values``)."""
 
     first_stage = "hnsw"
 
     def __init__(self, hnsw: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, ef_search: int,
-                 node_rows: np.ndarray | None = None):
+                 node_rows: np.ndarray | None = None, flat: faiss.Index | None = None):
         super().__init__(values, gates, doc_ids)
-        self.hnsw, self.ef_search, self.node_rows = hnsw, ef_search, node_rows
+        self.hnsw, self.ef_search, self.node_rows, self.flat = hnsw, ef_search, node_rows, flat
         self._live = None if node_rows is None else np.asarray(node_rows) >= 0
         self._live_bits = None if node_rows is None else np.packbits(self._live, bitorder="little")  # the common case
 
@@ -161,7 +199,7 @@ class HnswStore(HostRows, VectorStore):
             raise SearchError(f"ef_search must be in 1..{MAX_EF_SEARCH}, got {ef_search}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return kept_exactly(xq, self.values, selection, depth)
+            return kept_exactly(xq, self.values, selection, depth, self.flat)
         # the graph keeps its ef best anyway: reading all of them costs nothing and the exact
         # rescoring then orders the top ``depth`` by exact scores
         breadth = max(ef_search or self.ef_search, depth)
@@ -173,8 +211,32 @@ class HnswStore(HostRows, VectorStore):
             bits = self._live_bits if returned is self._live else np.packbits(returned, bitorder="little")
             params.sel = faiss.IDSelectorBitmap(len(returned), faiss.swig_ptr(bits))  # bits outlive the search
         _, nodes = faiss_search(self.hnsw, augment_queries(xq, self.hnsw.d), breadth, params)
-        rows = nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)
-        return rescore(xq, self.values, rows, depth)
+        scores, rows = rescore(xq, self.values, self._rows(nodes), depth)
+        if selection is None:
+            return scores, rows
+        aside = self._aside(xq, selection)
+        if aside.any():  # the filter keeps the query's neighbours less than the rest: its best rows lie elsewhere
+            scores[aside], rows[aside] = kept_exactly(xq[aside], self.values, selection, depth, self.flat)
+        if (~aside).any():
+            scores[~aside], rows[~aside] = checked(xq[~aside], self.values, selection,
+                                                   (scores[~aside], rows[~aside]), self.flat)
+        return scores, rows
+
+    def _rows(self, nodes: np.ndarray) -> np.ndarray:
+        return nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)
+
+    def _aside(self, xq: np.ndarray, selection: Selection) -> np.ndarray:
+        """(Q,) whether a query's ``NEIGHBOURS`` nearest rows (an unfiltered walk) are kept markedly less often
+        than all rows are: three standard deviations of a random draw below the kept fraction (a filter
+        keeping the rows least like the query keeps none of them)."""
+        params = faiss.SearchParametersHNSW(efSearch=NEIGHBOURS)
+        if self._live is not None:
+            params.sel = faiss.IDSelectorBitmap(len(self._live), faiss.swig_ptr(self._live_bits))
+        rows = self._rows(faiss_search(self.hnsw, augment_queries(xq, self.hnsw.d), NEIGHBOURS, params)[1])
+        seen = np.maximum(1, (rows >= 0).sum(axis=1))
+        share = (selection.mask[np.maximum(rows, 0)] & (rows >= 0)).sum(axis=1) / seen
+        fraction = selection.fraction
+        return share < fraction - 3 * np.sqrt(fraction * (1 - fraction) / seen)
 
     def _returned_nodes(self, selection: Selection | None) -> np.ndarray | None:
         """(nodes,) bool: the nodes a walk may return (None: all of them), the live ones of the kept rows."""

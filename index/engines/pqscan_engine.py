@@ -9,7 +9,9 @@ copy, that the rerank reads too), so every score a search reports is exact and o
 approximate.
 
 Which codes are rescored is decided per query: every row whose code score lies within ``margin`` × |q| of
-the k-th best code score, and at least ``rescore`` rows. A code score is off from the exact one by about
+the k-th best code score (or of the k-th best exact score of the ``rescore`` best codes, where that is
+lower), and at least ``rescore`` rows; when more than ``MAX_RESCORE`` rows lie within it, every row is
+scanned exactly instead. A code score is off from the exact one by about
 the same amount for any query of a given norm (it is q · (x − x̂), x̂ the row's code), so the margin that
 keeps a query's exact top k inside the rescored set is about the same for queries like the corpus and for
 queries from another domain (measured on 827k package summaries: the 95th percentile of the margin each
@@ -22,6 +24,14 @@ Every row is scanned, so the scan finds a query's neighbours wherever they lie: 
 inverted lists lose most on queries unlike the corpus (another domain), this keeps their recall close
 to the in-domain queries'. What it costs grows with the rows (a graph's cost does not), so it suits
 corpora of up to a few million rows; the scale guide compares them.
+
+A filter is applied inside the scan (a row selector over the codes): a filtered search ranks the kept
+rows' code scores alone and treats them exactly as an unfiltered search treats every row, however unlike
+the query the kept rows are. A kept row the exact answer holds is missed only when its code is off by
+more than the margin. Where the kept rows' best scores are dense (a filter keeping the rows least like
+the query: its best rows sit in the thick of the score distribution), more rows lie within the margin:
+up to ``MAX_RESCORE`` are rescored, beyond that the kept rows are scanned exactly (through the flat
+index when the store has it), so such a search costs up to one exact scan of the kept rows.
 
 The file holds a plain ``IndexPQ`` of 4-bit codes, one code row per index row in row order, so a fold
 copies the kept rows' codes and encodes only the written rows; opening it repacks the codes into the
@@ -36,6 +46,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
 from densehybrid.index.engines.host import HostRows
@@ -48,9 +59,11 @@ from densehybrid.index.storage.files import PQSCAN_CODES
 ANN_FILE = PQSCAN_CODES
 NBITS = 4  # the fast scan's code size
 DIMS_PER_CODE = 4  # 384 dims -> 96 codes of 4 bits: 48 bytes a row
-# the most candidates a search may rescore (a service setting bounds ``rescore`` further)
+# the most candidates a search may rescore (a service setting bounds ``rescore`` further); a query with more
+# rows within its margin is scanned exactly
 MAX_RESCORE = 10_000
-# the most candidates the margin may add (the scan returns this many code scores to pick them from)
+# the code scores a scan returns to pick the rows within the margin from; a query with more rows within it
+# is scanned again for MAX_RESCORE
 MAX_WITHIN_MARGIN = 2_000
 MAX_MARGIN = 10.0
 
@@ -100,28 +113,57 @@ def read_pqscan(path: Path, count: int, dim: int, config: PQScanConfig) -> faiss
     if index.ntotal != count or index.d != dim or index.pq.M != config.m or index.pq.nbits != NBITS:
         raise ValueError(f"holds {index.ntotal} rows of {index.d} dims in {index.pq.M} codes of {index.pq.nbits} "
                          f"bits, expected {count} of {dim} in {config.m} of {NBITS}")
-    return faiss.IndexPQFastScan(index)
+    return fast_scan(index)
 
 
-def within_margin(scores: np.ndarray, rows: np.ndarray, depth: int, margin: np.ndarray, least: int) -> np.ndarray:
-    """``rows`` (Q, C), ordered by code ``scores`` (Q, C) descending, kept where the score is within ``margin``
-    (Q,) of the ``depth``-th best or among the first ``least``: the rest (and missing rows) -1."""
-    kth = scores[:, min(depth, scores.shape[1]) - 1:min(depth, scores.shape[1])]
-    keep = (scores >= kth - margin[:, None]) | (np.arange(scores.shape[1]) < least)
+def fast_scan(codes: faiss.IndexPQ) -> faiss.IndexIVFPQFastScan:
+    """The 4-bit ``codes`` repacked for the fast scan, as one inverted list whose ids are the rows.
+
+    Faiss's fast scan of a plain IndexPQ takes no row selector; its inverted-list form does, and with one
+    list and no residual it scans the same codes with the same look-up tables: the same code scores, bit
+    for bit. So a filtered search scans every kept row's code, and only those, as an unfiltered one scans
+    every row's.
+    """
+    quantizer = faiss.IndexFlatIP(codes.d)
+    quantizer.add(np.zeros((1, codes.d), np.float32))  # the one list's centre, unused without residuals
+    lists = faiss.IndexIVFPQ(quantizer, codes.d, 1, codes.pq.M, NBITS, faiss.METRIC_INNER_PRODUCT)
+    lists.by_residual, lists.pq, lists.is_trained = False, codes.pq, True
+    lists.add_sa_codes(faiss.vector_to_array(codes.codes).reshape(codes.ntotal, -1), np.arange(codes.ntotal))
+    scan = faiss.IndexIVFPQFastScan(lists)
+    scan.referenced_objects = [quantizer]  # the scan points at it, and Python would free it with ``lists``
+    return scan
+
+
+def margin_floor(scores: np.ndarray, depth: int, margin: np.ndarray, found: np.ndarray | None = None) -> np.ndarray:
+    """(Q,) the lowest code score within ``margin`` (Q,) of the ``depth``-th best of the code ``scores`` (Q, C),
+    descending, or of ``found`` (Q,), the ``depth``-th best exact score of the rows rescored so far, where that
+    is lower. Where many rows score alike (a filter keeping the rows least like the query), the ``depth``-th
+    best code score is the luckiest code's, above the exact score it stands for: the exact one keeps every
+    row whose code is off by less than the margin."""
+    kth = scores[:, min(depth, scores.shape[1]) - 1]
+    return (kth if found is None else np.minimum(kth, found)) - margin
+
+
+def within_margin(scores: np.ndarray, rows: np.ndarray, depth: int, margin: np.ndarray, least: int,
+                  found: np.ndarray | None = None) -> np.ndarray:
+    """``rows`` (Q, C), ordered by code ``scores`` (Q, C) descending, kept where the score is above
+    :func:`margin_floor` or among the first ``least``: the rest (and missing rows) -1."""
+    keep = (scores >= margin_floor(scores, depth, margin, found)[:, None]) | (np.arange(scores.shape[1]) < least)
     return np.where(keep & (rows >= 0), rows, -1)
 
 
 class PQScanStore(HostRows, VectorStore):
-    """Product-code candidates, exact scores: ``scan`` (an IndexPQFastScan over the N rows), values (N, dim)
+    """Product-code candidates, exact scores: ``scan`` (:func:`fast_scan` of the N rows' codes), values (N, dim)
     float16 or float32, the stored copy memory-mapped, gates (N, G) uint8 or None; by default a query rescores
-    the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``."""
+    the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``; ``flat`` the
+    Faiss flat index of the stored copy, for the exact scans (None: numpy reads ``values``)."""
 
     first_stage = "pqscan"
 
     def __init__(self, scan: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, rescore: int,
-                 margin: float = 0.0):
+                 margin: float = 0.0, flat: faiss.Index | None = None):
         super().__init__(values, gates, doc_ids)
-        self.scan, self.rescore, self.margin = scan, rescore, margin
+        self.scan, self.rescore, self.margin, self.flat = scan, rescore, margin, flat
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       margin: float | None = None, rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -131,22 +173,51 @@ class PQScanStore(HostRows, VectorStore):
             raise SearchError(f"margin must be in 0..{MAX_MARGIN}, got {margin}")
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if searched_exactly(selection):
-            return kept_exactly(xq, self.values, selection, depth)
+            return kept_exactly(xq, self.values, selection, depth, self.flat)
         least = max(rescore or self.rescore, depth)
         margin = self.margin if margin is None else margin
-        wanted = max(least, MAX_WITHIN_MARGIN) if margin > 0 else least
-        if selection is not None:
-            # the fast scan takes no row selector: it returns as many more candidates as the filter keeps fewer
-            # rows, and those the filter drops are not rescored
-            wanted = min(MAX_RESCORE, int(np.ceil(wanted / selection.fraction)))
-        scores, rows = self.scan.search(xq, min(wanted, self.scan.ntotal))
-        if selection is not None:  # the kept rows first, in code-score order
-            kept = (rows >= 0) & selection.mask[np.maximum(rows, 0)]
-            order = np.argsort(~kept, axis=1, kind="stable")
-            scores = np.where(kept, scores, -np.inf)
-            scores, rows = np.take_along_axis(scores, order, 1), np.take_along_axis(np.where(kept, rows, -1), order, 1)
-        rows = within_margin(scores, rows, depth, margin * np.linalg.norm(xq, axis=1), least)
-        return rescore_kept(xq, self.values, rows, depth)
+        rows, spilled = self._candidates(xq, depth, least, margin * np.linalg.norm(xq, axis=1),
+                                         max(least, MAX_WITHIN_MARGIN) if margin > 0 else least, selection)
+        scores, found = rescore_kept(xq, self.values, rows, depth)
+        if spilled.any():  # more rows within the margin than the widest scan returns: every kept row, exactly
+            scores[spilled], found[spilled] = kept_exactly(xq[spilled], self.values, selection, depth, self.flat)
+        return scores, found
+
+    def _candidates(self, xq: np.ndarray, depth: int, least: int, width: np.ndarray, wanted: int,
+                    selection: Selection | None) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, C) the rows to rescore (-1: none): the kept rows above :func:`margin_floor` (``width`` (Q,)
+        below the ``depth``-th best kept code score, or the exact one of the ``least`` best codes where lower)
+        and the ``least`` best; (Q,) whether a query has more kept rows above its floor than ``MAX_RESCORE``
+        (its rows are then all -1).
+
+        A filter's dropped rows are skipped inside the scan, so its best code scores are the kept rows' best
+        and the kept rows are treated exactly as an unfiltered search treats every row. When the lowest
+        score returned is still above the floor, one wider scan looks further."""
+        count = self.scan.ntotal if selection is None else selection.count
+        scores, rows = self._scan(xq, min(wanted, count), selection)
+        found = None  # without a margin the ``least`` best codes are rescored, and only those
+        if width.any():
+            found = rescore_kept(xq, self.values, np.where(np.arange(rows.shape[1]) < least, rows, -1), depth)[0][:, -1]
+        floor = margin_floor(scores, depth, width, found)
+        spilled = (scores[:, -1] > floor) & (wanted < count)
+        if spilled.any() and wanted < MAX_RESCORE:
+            wider = min(MAX_RESCORE, count)
+            more_scores, more_rows = self._scan(xq[spilled], wider, selection)
+            scores = np.pad(scores, ((0, 0), (0, wider - scores.shape[1])), constant_values=-np.inf)
+            rows = np.pad(rows, ((0, 0), (0, wider - rows.shape[1])), constant_values=-1)
+            scores[spilled], rows[spilled] = more_scores, more_rows
+            spilled[spilled] = (more_scores[:, -1] > floor[spilled]) & (wider < count)
+        rows = within_margin(scores, rows, depth, width, least, found)
+        rows[spilled] = -1
+        return rows, spilled
+
+    def _scan(self, xq: np.ndarray, wanted: int, selection: Selection | None) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``wanted`` code scores (Q, wanted) of the rows ``selection`` keeps, and their rows (-1: none)."""
+        params = faiss.SearchParametersIVF(nprobe=1)
+        if selection is not None and not selection.everything:
+            bits = np.packbits(selection.mask, bitorder="little")
+            params.sel = faiss.IDSelectorBitmap(len(selection.mask), faiss.swig_ptr(bits))  # bits outlive the search
+        return faiss_search(self.scan, xq, wanted, params)
 
 
 def rescore_kept(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

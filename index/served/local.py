@@ -79,17 +79,18 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
         device (or on the CPU when asked)."""
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
+            flat = self.faiss if faiss_engine.exact(self.faiss) else None  # the approximate stages' exact scans
             if pqscan_engine.is_pqscan(self.manifest["first_stage"]):
                 config = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"])
                 return pqscan_engine.PQScanStore(self.ann, self.values, self.gates, self.doc_ids, config.rescore,
-                                                 config.margin)
+                                                 config.margin, flat)
             if ivf_engine.is_ivf(self.manifest["first_stage"]):
                 nprobe = ivf_engine.IVFConfig.from_dict(self.manifest["first_stage"]).nprobe
-                return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe)
+                return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe, flat)
             if self.ann is not None:
                 ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
                 return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search,
-                                             self.ann_rows)
+                                             self.ann_rows, flat)
             return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
         half = on_gpu if float16 is None else float16
         return TorchStore(self.values, self.gates, self.doc_ids, search_devices(device), float16=half)
