@@ -86,7 +86,7 @@ class LiveRecall:
         self._random = np.random.default_rng(seed)
         self._draw_lock = threading.Lock()  # a Generator is not safe to share between threads
         self.measured = self.dropped = self.failed = 0
-        self.busy_s = 0.0  # time the thread spent measuring: its share of the wall clock is the sampling's cost
+        self.busy_s = 0.0  # CPU time the thread spent measuring: its share of the wall clock is the sampling's cost
         self._thread: threading.Thread | None = None
 
     def report_to(self, observe: RecallObserver, count: OutcomeCounter) -> None:
@@ -119,16 +119,16 @@ class LiveRecall:
     def _run(self) -> None:
         lower_priority()
         while (sample := self._queue.get()) is not None:
-            started = time.perf_counter()
+            started = time.thread_time()  # CPU time: at the lowest priority the scan may wait for the cores
             try:
                 recall = float(self._measure(sample.queries, sample.params)[0])
             except Exception as exc:  # noqa: BLE001 - a sample that cannot be measured is counted, never fatal
-                self.busy_s += time.perf_counter() - started
+                self.busy_s += time.thread_time() - started
                 self.failed += 1
                 self._count("failed")
                 log.warning("live recall sample failed: %s: %s", type(exc).__name__, exc)
                 continue
-            self.busy_s += time.perf_counter() - started
+            self.busy_s += time.thread_time() - started
             self.record(sample.params.filter is not None, recall)
             try:
                 self._steer(sample.params, sample.params.filter is not None, recall)

@@ -21,7 +21,7 @@ class LiveRecall(BaseModel):
     measured: int = Field(description="samples measured since start")
     dropped: int = Field(description="samples dropped since start because the sample queue was full")
     failed: int = Field(description="samples whose measurement failed since start")
-    busy_s: float = Field(description="seconds the sampling thread spent measuring since start (one exact scan a "
+    busy_s: float = Field(description="CPU seconds the sampling thread spent measuring since start (one exact scan a "
                                       "sample): its share of the uptime is what the sampling costs")
 
 

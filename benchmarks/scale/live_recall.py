@@ -9,7 +9,7 @@ Two measurements, each against ``densehybrid serve`` processes of the same index
 - **Cost.** One server samples at ``--rate``, the other not at all; every query goes to both in turn
   (alternating which goes first), one client, so both see the same machine. It prints the ``/search``
   p50/p99 of each and their ratio, and the sampling thread's busy time as a share of the run's wall clock
-  (its ``/info`` ``busy_s``: the CPU the exact scans took). A control run of two servers that both do not
+  (its ``/info`` ``busy_s``: the CPU time the exact scans took). A control run of two servers that both do not
   sample gives the ratios the machine's noise alone makes.
 - **Truth.** A server samples every query (rate 1, a window larger than the run). Each query is sent once,
   with the index's default breadth and again with ``--narrow`` (a breadth that loses rows, so that the
@@ -85,7 +85,7 @@ def cost(index_dir: Path, texts: list[str], rate: float, serve_args=(), control:
             "p99_ratio": round(sampled_ms["p99"] / plain_ms["p99"], 3),
             "sampling_busy_s": round(busy_s, 3), "wall_s": round(wall_s, 2),
             "sampling_cpu_share_of_one_core": round(busy_s / wall_s, 4),
-            "exact_scan_ms_per_sample": round(1000 * live["busy_s"] / max(1, live["measured"]), 2)}
+            "exact_scan_cpu_ms_per_sample": round(1000 * live["busy_s"] / max(1, live["measured"]), 2)}
 
 
 def metrics_sums(client) -> tuple[float, float]:
