@@ -158,16 +158,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--narrow", type=json.loads, default=DEFAULT_NARROW,
                         help="a breadth that loses rows, as JSON search fields")
     parser.add_argument("--repeat", type=int, default=1, help="passes over the queries in the cost measurement")
+    parser.add_argument("--no-cost", action="store_true", help="measure the live recall's truth only")
     parser.add_argument("--serve-args", default="", help="more flags for densehybrid serve, as one string")
     parser.add_argument("--out", type=Path, default=Path("live-recall.json"))
     args = parser.parse_args(argv)
     groups = dict(read_queries(spec) for spec in args.queries)
     serve_args = shlex.split(args.serve_args)
     texts = [t for texts in groups.values() for t in texts] * args.repeat
-    result = {"index": str(args.index), "rows": load_index(args.index).count,
-              "cost": cost(args.index, texts, args.rate, serve_args),
-              "control": cost(args.index, texts, args.rate, serve_args, control=True),
-              "truth": truth(args.index, groups, args.narrow, serve_args)}
+    result = {"index": str(args.index), "rows": load_index(args.index).count}
+    if not args.no_cost:
+        result |= {"cost": cost(args.index, texts, args.rate, serve_args),
+                   "control": cost(args.index, texts, args.rate, serve_args, control=True)}
+    result["truth"] = truth(args.index, groups, args.narrow, serve_args)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
