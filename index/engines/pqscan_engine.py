@@ -114,14 +114,16 @@ def within_margin(scores: np.ndarray, rows: np.ndarray, depth: int, margin: np.n
 class PQScanStore(HostRows, VectorStore):
     """Product-code candidates, exact scores: ``scan`` (an IndexPQFastScan over the N rows), values (N, dim)
     float16 or float32, the stored copy memory-mapped, gates (N, G) uint8 or None; by default a query rescores
-    the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``."""
+    the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``. ``code_rows``
+    maps codes to rows while a calibration holds some rows out of the codes (None: code i is row i)."""
 
     first_stage = "pqscan"
 
     def __init__(self, scan: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, rescore: int,
-                 margin: float = 0.0):
+                 margin: float = 0.0, code_rows: np.ndarray | None = None):
         super().__init__(values, gates, doc_ids)
         self.scan, self.rescore, self.margin = scan, rescore, margin
+        self.code_rows = code_rows  # (codes,) the row of each code (None: code i is row i)
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       margin: float | None = None, rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +142,8 @@ class PQScanStore(HostRows, VectorStore):
             # rows, and those the filter drops are not rescored
             wanted = min(MAX_RESCORE, int(np.ceil(wanted / selection.fraction)))
         scores, rows = self.scan.search(xq, min(wanted, self.scan.ntotal))
+        if self.code_rows is not None:
+            rows = np.where(rows >= 0, self.code_rows[np.maximum(rows, 0)], -1)
         if selection is not None:  # the kept rows first, in code-score order
             kept = (rows >= 0) & selection.mask[np.maximum(rows, 0)]
             order = np.argsort(~kept, axis=1, kind="stable")
