@@ -33,7 +33,6 @@ from densehybrid.bench.scale import real_report
 from densehybrid.bench.timing import summarize
 from densehybrid.index.building import calibrate, calibration
 from densehybrid.index.building.commands import encoder_for_index
-from densehybrid.index.building.first_stage import write_approximate
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
@@ -41,6 +40,7 @@ from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.search.params import BREADTH
 from densehybrid.index.served.loading import load_index
+from densehybrid.index.served.stated_recall import recall_at
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,11 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
         staged = Path(tmp)
         for shared in ("docs.sqlite", "vectors.faiss"):  # the texts to cut queries from, the rows the exact scan reads
             (staged / shared).symlink_to((index_dir / shared).resolve())
+        queries = calibrate.queries_for(encoder, staged, values)
         started = time.perf_counter()
         with faiss_engine.omp_threads(os.cpu_count() or 1):  # built as a build builds it: every core
-            record = write_approximate(values, staged, CHOICES[name])
-        built_s = time.perf_counter() - started
-        queries = calibrate.queries_for(encoder, staged, values)
-        calibrated = calibrate.calibrate(staged, record, values, queries, calibration.DEFAULT_TARGET)
+            calibrated = calibrate.write_calibrated(values, staged, CHOICES[name], queries, calibration.DEFAULT_TARGET)
+        built_s = time.perf_counter() - started - calibrated["calibration"]["seconds"]
         store = calibrate.store_of(staged, calibrated, values)
         knob = BREADTH[name]
         files = {p.name: p.stat().st_size for p in staged.iterdir() if p.is_file() and not p.is_symlink()}
@@ -117,7 +116,7 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
     return {"choice": name, "knob": knob, "build_s": round(built_s, 1), "fixed_rescore_sweep": fixed,
             "calibration_s": calibrated["calibration"]["seconds"], "files": files,
             "calibrated": {"breadth": calibrated[knob], "reached": calibrated["calibration"]["reached"],
-                           "stated_recall": calibration.recall_at(calibrated["calibration"]["curve"], calibrated[knob])},
+                           "stated_recall": recall_at(calibrated["calibration"]["curve"], calibrated[knob])},
             "sweep": points}
 
 

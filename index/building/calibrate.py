@@ -1,20 +1,31 @@
-"""Calibrate a written approximate first stage to a recall target (``index build`` and ``index import``).
+"""Calibrate an approximate first stage to a recall target while it is built (``index build`` and ``index import``).
 
-The queries: by default a sentence cut from each of a seeded sample of the passages (a passage of one
-sentence gives itself), encoded as queries; or the user's own (``--calibration-queries``, a BEIR
-queries.jsonl). A query cut from a passage would find that passage first, which no real query does, so
-each query's own passage is left out of its exact top 10 and of what the first stage returns. Without
-texts or a file (an import without ``--corpus``), a sample of the stored rows serves as queries, and the
-manifest says so: passage vectors are not query vectors, so that recall is a rougher guide.
+The queries come in groups, and the recall stated is the lowest group's:
 
-Then :mod:`index.building.calibration` measures each breadth of the first stage's grid on the staged
-files, exactly as a served search runs (the same store class, candidates rescored), and the cheapest
-breadth that keeps the target becomes the default; the curve goes into the manifest's ``first_stage``.
+- ``in_domain``: a sentence cut from each of a seeded sample of the passages (a passage of one sentence gives
+  itself), encoded as queries. Such a query lies on its own passage's row, and a graph walk or the probed lists
+  that reach that row reach its neighbours too, so the first stage is built *without* those rows while it is
+  measured (:mod:`index.building.held_out`) and they are added afterwards: the queries are then as unseen as a
+  user's. Their own rows are left out of the exact top 10 as well.
+- ``other_domain``: sentences of Python's own docstrings (:mod:`index.building.other_domain`), text the corpus
+  did not come from. A graph or inverted lists lose most on such queries; the breadth chosen keeps the target
+  for both groups, so one figure holds for queries like the corpus and unlike it. Of a larger seeded pool, the
+  sentences farthest from the corpus (the lowest 10th-best exact score) are kept.
+- ``file``: the user's own queries (``--calibration-queries``, a BEIR queries.jsonl) replace both groups.
+- ``rows``: without an encoder (an import without ``--corpus``), a sample of the stored rows, held out the same
+  way; passage vectors are not query vectors, so that recall is a rougher guide, and the manifest says so.
+
+Then :mod:`index.building.calibration` measures each breadth of the first stage's grid exactly as a served search
+runs (the same store class, candidates rescored), and the cheapest breadth at which every group keeps the target
+becomes the default; the curve, the groups, the rows measured and the date go into the manifest's
+``first_stage.calibration``.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
+import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.encoder.base import Encoder
-from densehybrid.index.building import calibration
+from densehybrid.index.building import calibration, held_out, other_domain
+from densehybrid.index.building.first_stage import AnnConfig
 from densehybrid.index.building.fusion_auto import sentences
 from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
 from densehybrid.index.jsonl import read_jsonl
@@ -34,9 +46,13 @@ from densehybrid.index.storage.vectors import VECTORS, open_vectors
 
 log = logging.getLogger(__name__)
 
-QUERIES = 200
+QUERIES = 200  # a group's
+# the in-domain queries' rows are held out of the first stage while it is measured: at most this share of them
+HELD_OUT_SHARE = 0.1
 EXACT_TIMED = 20  # queries the exact scan is timed on (a full scan each: at millions of rows, tens of ms)
 SENTENCE_WORDS = (4, 30)
+# the other-domain group keeps this share of a larger pool of docstring sentences: those farthest from the corpus
+OTHER_DOMAIN_SHARE = 1.0
 _EXACT_CHUNK = 65_536
 # the breadths measured, by first stage (capped by each engine's own maximum)
 GRIDS = {"hnsw": (16, 32, 64, 128, 256, 512, 1024, 2048),
@@ -45,10 +61,45 @@ GRIDS = {"hnsw": (16, 32, 64, 128, 256, 512, 1024, 2048),
 
 
 @dataclass(frozen=True)
-class CalibrationQueries:
-    vectors: np.ndarray  # (Q, dim) float32
-    own_rows: np.ndarray  # (Q,) the row each was cut from, -1 for none
+class Group:
+    """Calibration queries of one kind: ``vectors`` (Q, dim) float32, ``own_rows`` (Q,) the row each was cut
+    from (held out of the first stage while it is measured), -1 for none."""
+
+    name: str
+    vectors: np.ndarray
+    own_rows: np.ndarray
     source: str
+
+    def record(self) -> dict:
+        return {"name": self.name, "source": self.source, "queries": len(self.vectors)}
+
+
+@dataclass(frozen=True)
+class CalibrationQueries:
+    groups: tuple[Group, ...]
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return np.concatenate([g.vectors for g in self.groups])
+
+    @property
+    def own_rows(self) -> np.ndarray:
+        return np.concatenate([g.own_rows for g in self.groups])
+
+    @property
+    def held_rows(self) -> np.ndarray:
+        """The sorted rows the first stage leaves out while it is measured."""
+        rows = self.own_rows
+        return np.unique(rows[rows >= 0])
+
+    @property
+    def source(self) -> str:
+        return "; ".join(f"{g.name}: {g.source}" for g in self.groups)
+
+    def numbers(self) -> dict[str, np.ndarray]:
+        """Each group's name -> the numbers of its queries among :attr:`vectors`."""
+        bounds = np.cumsum([0] + [len(g.vectors) for g in self.groups])
+        return {g.name: np.arange(a, b) for g, a, b in zip(self.groups, bounds[:-1], bounds[1:])}
 
 
 def cut_sentence(doc: Document, rng: np.random.Generator) -> str | None:
@@ -58,35 +109,58 @@ def cut_sentence(doc: Document, rng: np.random.Generator) -> str | None:
     return usable[int(rng.integers(0, len(usable)))] if usable else None
 
 
+def held_out_count(rows: int) -> int:
+    """The in-domain queries of an index of ``rows`` rows: ``QUERIES``, fewer than ``HELD_OUT_SHARE`` of the rows."""
+    return max(1, min(QUERIES, int(rows * HELD_OUT_SHARE)))
+
+
 def from_passages(encoder: Encoder, docs: Sequence[Document], rows: np.ndarray, *, prompt: str = "",
-                  seed: int = 0) -> CalibrationQueries:
-    """Queries cut from ``docs`` (the passages at ``rows`` of the index, a sample) and encoded."""
+                  seed: int = 0, count: int | None = None) -> Group:
+    """Queries cut from ``docs`` (the passages at ``rows`` of the index, a sample) and encoded, ``count`` of them
+    (default ``QUERIES``)."""
     rng = np.random.default_rng(seed)
     cuts = [(row, cut_sentence(doc, rng)) for row, doc in zip(rows, docs)]
-    cuts = [(row, text) for row, text in cuts if text][:QUERIES]
+    cuts = [(row, text) for row, text in cuts if text][:count or QUERIES]
     if not cuts:
         raise ValueError("no sampled passage has a sentence of 4 to 30 words to calibrate on")
     xq = encoder.encode([text for _, text in cuts], "query", prompt=prompt).values
-    return CalibrationQueries(np.asarray(xq, np.float32), np.array([row for row, _ in cuts], np.int64),
-                              f"a sentence cut from each of {len(cuts)} sampled passages")
+    return Group("in_domain", np.asarray(xq, np.float32), np.array([row for row, _ in cuts], np.int64),
+                 f"a sentence cut from each of {len(cuts)} sampled passages, their rows held out")
 
 
-def from_file(encoder: Encoder, path: Path, *, prompt: str = "") -> CalibrationQueries:
+def from_stdlib(encoder: Encoder, values: np.ndarray, *, prompt: str = "", seed: int = 0,
+                share: float = OTHER_DOMAIN_SHARE) -> Group | None:
+    """Docstring sentences of Python's standard library, encoded: of ``QUERIES / share`` sampled ones, the
+    ``QUERIES`` farthest from ``values`` (the lowest 10th-best exact score); None when there are none."""
+    texts = other_domain.stdlib_sentences(int(round(QUERIES / share)), seed)
+    if not texts:
+        return None
+    xq = np.asarray(encoder.encode(texts, "query", prompt=prompt).values, np.float32)
+    if len(xq) > QUERIES:
+        scores, _ = exact_search(xq, values, np.full(len(xq), -1))
+        xq = xq[np.sort(np.argsort(scores[:, -1], kind="stable")[:QUERIES])]
+    version = ".".join(platform.python_version_tuple()[:2])
+    return Group("other_domain", xq, np.full(len(xq), -1, np.int64),
+                 f"{len(xq)} docstring sentences of Python {version}'s standard library"
+                 + (f", the farthest from the corpus of {len(texts)}" if len(texts) > len(xq) else ""))
+
+
+def from_file(encoder: Encoder, path: Path, *, prompt: str = "") -> Group:
     """The queries of a BEIR queries.jsonl (``_id``, ``text``), the first ``QUERIES`` of them, encoded."""
     texts = [str(row["text"]) for row, _ in zip(read_jsonl(path, required=("text",), what="a query line with text"),
                                                  range(QUERIES))]
     if not texts:
         raise ValueError(f"{path}: holds no query")
     xq = encoder.encode(texts, "query", prompt=prompt).values
-    return CalibrationQueries(np.asarray(xq, np.float32), np.full(len(texts), -1, np.int64),
-                              f"{len(texts)} queries of {path.name}")
+    return Group("file", np.asarray(xq, np.float32), np.full(len(texts), -1, np.int64),
+                 f"{len(texts)} queries of {path.name}")
 
 
-def from_rows(values: np.ndarray, seed: int = 0) -> CalibrationQueries:
-    """A seeded sample of the stored rows as queries (each leaving its own row out)."""
-    rows = np.sort(np.random.default_rng(seed).choice(len(values), min(QUERIES, len(values)), replace=False))
-    return CalibrationQueries(np.asarray(values[rows], np.float32), rows,
-                              f"{len(rows)} stored rows (no texts or query file: a rough guide)")
+def from_rows(values: np.ndarray, seed: int = 0) -> Group:
+    """A seeded sample of the stored rows as queries (each held out, and left out of its own top 10)."""
+    rows = np.sort(np.random.default_rng(seed).choice(len(values), held_out_count(len(values)), replace=False))
+    return Group("rows", np.asarray(values[rows], np.float32), rows,
+                 f"{len(rows)} stored rows, held out (no texts or query file: a rough guide)")
 
 
 def sample_rows(count: int, seed: int = 0, size: int = 2 * QUERIES) -> np.ndarray:
@@ -94,12 +168,9 @@ def sample_rows(count: int, seed: int = 0, size: int = 2 * QUERIES) -> np.ndarra
     return np.sort(np.random.default_rng(seed).choice(count, min(size, count), replace=False))
 
 
-def queries_for(encoder: Encoder | None, staged: Path, values: np.ndarray, *, file: Path | None = None,
-                prompt: str = "") -> CalibrationQueries:
-    """The calibration queries of a staged index: ``file``'s, or cut from a sample of its passages' texts, or
-    (without an encoder, or texts to cut from) a sample of its rows."""
-    if encoder is not None and file is not None:
-        return from_file(encoder, file, prompt=prompt)
+def in_domain(encoder: Encoder | None, staged: Path, values: np.ndarray, prompt: str = "") -> Group:
+    """Sentences cut from a sample of the staged passages' texts or (without an encoder, or texts to cut from) a
+    sample of its rows."""
     rows = sample_rows(len(values))
     if encoder is not None and (staged / DOCS).is_file():
         table = DocTable(staged / DOCS)
@@ -108,15 +179,27 @@ def queries_for(encoder: Encoder | None, staged: Path, values: np.ndarray, *, fi
         finally:
             table.close()
         try:
-            return from_passages(encoder, docs, rows, prompt=prompt)
+            return from_passages(encoder, docs, rows, prompt=prompt, count=held_out_count(len(values)))
         except ValueError:  # no text to cut a query from (ids alone, or passages of a word or two)
             pass
     return from_rows(values)
 
 
-def exact_top(xq: np.ndarray, values: np.ndarray, own_rows: np.ndarray, k: int = calibration.K) -> np.ndarray:
-    """(Q, k) rows of each query's exact top ``k`` inner products over ``values`` (read in chunks), its own row
-    left out."""
+def queries_for(encoder: Encoder | None, staged: Path, values: np.ndarray, *, file: Path | None = None,
+                prompt: str = "") -> CalibrationQueries:
+    """The calibration queries of a staged index: ``file``'s, or the in-domain group (:func:`in_domain`) and,
+    with an encoder, the other-domain one (:func:`from_stdlib`)."""
+    if encoder is not None and file is not None:
+        return CalibrationQueries((from_file(encoder, file, prompt=prompt),))
+    groups = (in_domain(encoder, staged, values, prompt),)
+    other = from_stdlib(encoder, values, prompt=prompt) if encoder is not None else None
+    return CalibrationQueries(groups + ((other,) if other is not None else ()))
+
+
+def exact_search(xq: np.ndarray, values: np.ndarray, own_rows: np.ndarray, k: int = calibration.K,
+                 skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, k) scores and rows of each query's exact top ``k`` inner products over ``values`` (read in chunks),
+    its own row and the rows ``skip`` (sorted: those held out of the first stage measured) left out."""
     best_scores = np.full((len(xq), 0), -np.inf, np.float32)
     best_rows = np.full((len(xq), 0), -1, np.int64)
     for s in range(0, len(values), _EXACT_CHUNK):
@@ -124,11 +207,20 @@ def exact_top(xq: np.ndarray, values: np.ndarray, own_rows: np.ndarray, k: int =
         scores = xq @ chunk.T
         rows = np.broadcast_to(np.arange(s, s + len(chunk)), scores.shape)
         scores = np.where(rows == own_rows[:, None], -np.inf, scores)
+        if skip is not None and len(skip):
+            scores[:, np.isin(rows[0], skip)] = -np.inf
         merged_scores = np.concatenate([best_scores, scores], 1)
         merged_rows = np.concatenate([best_rows, rows], 1)
         top = np.argsort(-merged_scores, axis=1, kind="stable")[:, :k]
         best_scores, best_rows = np.take_along_axis(merged_scores, top, 1), np.take_along_axis(merged_rows, top, 1)
-    return best_rows
+    return best_scores, best_rows
+
+
+def exact_top(xq: np.ndarray, values: np.ndarray, own_rows: np.ndarray, k: int = calibration.K,
+              skip: np.ndarray | None = None) -> np.ndarray:
+    """(Q, k) rows of each query's exact top ``k`` inner products over ``values``, its own row and the rows
+    ``skip`` left out."""
+    return exact_search(xq, values, own_rows, k, skip)[1]
 
 
 def exact_scan_ms(staged: Path, values: np.ndarray, xq: np.ndarray) -> float:
@@ -148,8 +240,9 @@ def store_of(staged: Path, record: dict, values: np.ndarray):
     count, dim = values.shape
     kind = record["type"]
     if kind == "hnsw":
-        return hnsw_engine.HnswStore(hnsw_engine.read_ann(staged / hnsw_engine.ANN_FILE, count, dim), values, None, (),
-                                     record["ef_search"])
+        graph = hnsw_engine.read_ann(staged / hnsw_engine.ANN_FILE, record.get("nodes", count), dim)
+        nodes = np.load(staged / record["node_rows"]) if record.get("node_rows") else None
+        return hnsw_engine.HnswStore(graph, values, None, (), record["ef_search"], nodes)
     if kind == "ivf":
         config = ivf_engine.IVFConfig.from_dict(record)
         return ivf_engine.IvfStore(ivf_engine.read_ivf(staged / ivf_engine.ANN_FILE, count, dim, config), values,
@@ -167,36 +260,58 @@ def grid(record: dict, count: int) -> list[float]:
     return sorted({min(b, cap) for b in GRIDS[kind]})
 
 
-def calibrate(staged: Path, record: dict, values: np.ndarray, queries: CalibrationQueries,
-              target: float | None) -> dict:
-    """``record`` (the staged first stage's manifest entry) with its curve measured on ``queries`` and, for a
-    ``target``, the default breadth set to the cheapest that keeps it (else the breadth given stays)."""
+def write_calibrated(values: np.ndarray, staged: Path, config: AnnConfig, queries: CalibrationQueries,
+                     target: float | None) -> dict:
+    """Build ``config``'s first stage of ``values`` (N, dim) without the rows the ``queries`` were cut from,
+    calibrate it (:func:`calibrate`), add those rows and write it into ``staged`` -> the manifest's
+    ``first_stage`` record, with its calibration."""
+    started = time.perf_counter()
+    built = held_out.build(values, staged, config, queries.held_rows)
+    log.info("%s first stage built without the %d rows the calibration holds out (%.1f s)", built.record["type"],
+             len(queries.held_rows), time.perf_counter() - started)
+    calibrated = calibrate(built.store, built.record, values, queries, target, staged, queries.held_rows)
+    knob = BREADTH[calibrated["type"]]
+    return {**built.finish(), knob: calibrated[knob], "calibration": calibrated["calibration"]}
+
+
+def calibrate(store, record: dict, values: np.ndarray, queries: CalibrationQueries, target: float | None,
+              staged: Path, held: np.ndarray | None = None) -> dict:
+    """``record`` (the first stage's manifest entry) with its curve measured on ``queries`` through ``store`` (a
+    served store of that first stage, without the rows ``held``, which the exact top 10s leave out too; each
+    query's own row is left out of both) and, for a ``target``, the default breadth set to the cheapest at which
+    every group keeps it (else the breadth given stays)."""
     started = time.perf_counter()
     knob = BREADTH[record["type"]]
-    store = store_of(staged, record, values)
-    exact = exact_top(queries.vectors, values, queries.own_rows)
-    own = queries.own_rows
+    xq, own = queries.vectors, queries.own_rows
+    exact = exact_top(xq, values, own, skip=held)
 
     def search(number: int, breadth: int) -> np.ndarray:
-        rows = store.inner_product(queries.vectors[number:number + 1], calibration.K + 1, **{knob: breadth})[1][0]
-        return rows[rows != own[number]][:calibration.K]
+        rows = store.inner_product(xq[number:number + 1], calibration.K + 1, **{knob: breadth})[1][0]
+        return (rows[rows != own[number]] if own[number] >= 0 else rows)[:calibration.K]
 
-    points = calibration.measure(search, len(queries.vectors), exact, grid(record, len(values)))
+    points = calibration.measure(search, len(xq), exact, grid(record, len(values)), queries.numbers())
     chosen = calibration.choose(points, target) if target else None
     default = chosen.point.breadth if chosen else record[knob]
-    exact_ms = exact_scan_ms(staged, values, queries.vectors[:EXACT_TIMED])
+    exact_ms = exact_scan_ms(staged, values, xq[:EXACT_TIMED])
     entry = {"knob": knob, "target_recall": target, "reached": None if chosen is None else chosen.reached,
-             "queries": len(queries.vectors), "source": queries.source, "exact_p50_ms": round(exact_ms, 3),
+             "queries": len(xq), "source": queries.source, "groups": [g.record() for g in queries.groups],
+             "held_out_rows": len(queries.held_rows), "measured_rows": len(values),
+             "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "stale": False, "exact_p50_ms": round(exact_ms, 3),
              "seconds": round(time.perf_counter() - started, 2), "curve": [p.to_dict() for p in points]}
+    _log_choice(record["type"], knob, default, chosen, points, target, exact_ms, len(values), entry)
+    return {**record, knob: default, "calibration": entry}
+
+
+def _log_choice(kind, knob, default, chosen, points, target, exact_ms, rows, entry) -> None:
     default_ms = next(p.p50_ms for p in points if p.breadth == default) if chosen else None
     if default_ms is not None and default_ms >= exact_ms:
         log.warning("%s at %s %g takes %.2f ms a query, the exact scan of these %d rows %.2f ms: --ann flat "
-                    "serves them exactly and as fast", record["type"], knob, default, default_ms, len(values), exact_ms)
+                    "serves them exactly and as fast", kind, knob, default, default_ms, rows, exact_ms)
     if chosen is not None and not chosen.reached:
-        log.warning("%s: no %s of the grid keeps recall@10 %.3f on the calibration queries; the default is %g, "
-                    "the best measured (%.3f)", record["type"], knob, target, default, chosen.point.recall)
+        log.warning("%s: no %s of the grid keeps recall@10 %.3f for every group of calibration queries; the "
+                    "default is %g, the best measured (%.3f)", kind, knob, target, default, chosen.point.recall)
     elif chosen is not None:
-        log.info("%s: %s %g keeps recall@10 %.3f >= %.3f (p50 %.2f ms) on %d calibration queries (%.1f s)",
-                 record["type"], knob, default, chosen.point.recall, target, chosen.point.p50_ms,
-                 len(queries.vectors), entry["seconds"])
-    return {**record, knob: default, "calibration": entry}
+        log.info("%s: %s %g keeps recall@10 %.3f >= %.3f (p50 %.2f ms) for every group of %d calibration queries "
+                 "(%.1f s)", kind, knob, default, chosen.point.recall, target, chosen.point.p50_ms, entry["queries"],
+                 entry["seconds"])
