@@ -83,19 +83,30 @@ def pick_share(rows: list[dict], tune: list[str], shares) -> float:
     return min(shares, key=lambda s: (round(worst(s), 4), -s))
 
 
-def one_choice(name: str, index, encoder, scratch: Path, sets: dict, exact: dict, shares, target: float) -> dict:
-    staged = scratch / name
-    staged.mkdir(parents=True, exist_ok=True)
+def staged_beside(index, directory: Path) -> Path:
+    """``directory`` holding links to the index's texts and vectors, as a build's staged directory holds them."""
+    directory.mkdir(parents=True, exist_ok=True)
     for shared in ("docs.sqlite", "vectors.faiss"):
-        link = staged / shared
-        if not link.exists():
-            link.symlink_to((index.path / shared).resolve())
-    values = index.values
-    in_domain = calibrate.in_domain(encoder, staged, values)
+        if not (directory / shared).exists():
+            (directory / shared).symlink_to((index.path / shared).resolve())
+    return directory
+
+
+def calibration_groups(index, encoder, staged: Path, shares) -> tuple[Group, list[Group]]:
+    """The in-domain group a build cuts, and the other-domain group each share keeps (the same for every choice)."""
+    in_domain = calibrate.in_domain(encoder, staged, index.values)
     others = []
     for share in shares:
-        group = calibrate.from_stdlib(encoder, values, share=share)
+        group = calibrate.from_stdlib(encoder, index.values, share=share)
         others.append(Group(share_group(str(share)), group.vectors, group.own_rows, group.source))
+    return in_domain, others
+
+
+def one_choice(name: str, index, scratch: Path, groups: tuple[Group, list[Group]], sets: dict, exact: dict,
+               shares, target: float) -> dict:
+    staged = staged_beside(index, scratch / name)
+    values = index.values
+    in_domain, others = groups
     started = time.perf_counter()
     with faiss_engine.omp_threads(os.cpu_count() or 1):  # built as a build builds it: every core
         record = calibrate.write_calibrated(values, staged, CHOICES[name], CalibrationQueries((in_domain, *others)),
@@ -133,13 +144,16 @@ def run(index_dir: Path, scratch: Path, tune: list[str], report: list[str], choi
     started = time.perf_counter()
     exact = {name: calibrate.exact_top(xq, index.values, np.full(len(xq), -1)) for name, xq in sets.items()}
     log.info("exact top 10 of %d queries in %.0f s", sum(map(len, sets.values())), time.perf_counter() - started)
+    started = time.perf_counter()
+    groups = calibration_groups(index, encoder, staged_beside(index, scratch / "groups"), shares)
+    log.info("calibration groups cut and encoded in %.0f s", time.perf_counter() - started)
     tune_names = [read_queries(s)[0] for s in tune]
     result = {"index": str(index_dir), "rows": index.count, "dim": int(index.values.shape[1]),
               "model": index.spec.model_id, "target": target, "k": K, "sets": files,
               "queries": {n: len(x) for n, x in sets.items()}, "tune": tune_names,
               "report": [read_queries(s)[0] for s in report], "shares": list(shares), "choices": []}
     for name in choices:
-        result["choices"].append(one_choice(name, index, encoder, scratch, sets, exact, shares, target))
+        result["choices"].append(one_choice(name, index, scratch, groups, sets, exact, shares, target))
         log.info("%s done", name)
     result["picked_share"] = pick_share(result["choices"], tune_names, shares)
     return result
