@@ -13,7 +13,7 @@ from densehybrid.bench.servers.hash_encoder import HashEncoder
 from densehybrid.bench.servers.toy_index import write_toy_corpus
 from densehybrid.index.building import calibrate, calibration, held_out, other_domain
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.building.calibrate import CalibrationQueries, Group
+from densehybrid.index.building.calibration_queries import CalibrationQueries, Group
 from densehybrid.index.building.ivf import write_ivf
 from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.bench.scale.real import CHOICES, read_queries, sweep
-from densehybrid.index.building import calibrate, calibration
-from densehybrid.index.building.calibrate import CalibrationQueries, Group
+from densehybrid.index.building import calibrate, calibration, calibration_queries
+from densehybrid.index.building.calibration_queries import CalibrationQueries, Group
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.search.params import BREADTH
@@ -94,10 +94,10 @@ def staged_beside(index, directory: Path) -> Path:
 
 def calibration_groups(index, encoder, staged: Path, shares) -> tuple[Group, list[Group]]:
     """The in-domain group a build cuts, and the other-domain group each share keeps (the same for every choice)."""
-    in_domain = calibrate.in_domain(encoder, staged, index.values)
+    in_domain = calibration_queries.in_domain(encoder, staged, index.values)
     others = []
     for share in shares:
-        group = calibrate.from_stdlib(encoder, index.values, share=share)
+        group = calibration_queries.from_stdlib(encoder, index.values, share=share)
         others.append(Group(share_group(str(share)), group.vectors, group.own_rows, group.source))
     return in_domain, others
 
@@ -142,7 +142,7 @@ def run(index_dir: Path, scratch: Path, tune: list[str], report: list[str], choi
         sets[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
         files[name] = spec.partition("=")[2]
     started = time.perf_counter()
-    exact = {name: calibrate.exact_top(xq, index.values, np.full(len(xq), -1)) for name, xq in sets.items()}
+    exact = {name: calibration.exact_top(xq, index.values, np.full(len(xq), -1)) for name, xq in sets.items()}
     log.info("exact top 10 of %d queries in %.0f s", sum(map(len, sets.values())), time.perf_counter() - started)
     started = time.perf_counter()
     groups = calibration_groups(index, encoder, staged_beside(index, scratch / "groups"), shares)

@@ -24,7 +24,8 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, durable, files
 from densehybrid.index.search import fusion
-from densehybrid.index.building import calibrate, calibration, fusion_auto, lambda_auto, shards
+from densehybrid.index.building import (calibrate, calibration, calibration_queries, fusion_auto, lambda_auto,
+                                         shards)
 from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
@@ -144,7 +145,7 @@ def _calibrated(encoder: Encoder, staged: Path, options: BuildOptions) -> dict:
     """The approximate first stage, built and calibrated (its recall curve and, for a target, the breadth that
     keeps it) -> its manifest record."""
     values, _ = _staged_rows(encoder, staged, options)
-    queries = calibrate.queries_for(encoder, staged, values, file=options.calibration_queries,
+    queries = calibration_queries.queries_for(encoder, staged, values, file=options.calibration_queries,
                                     prompt=options.prompts.for_role("query"))
     return calibrate.write_calibrated(values, staged, options.ann, queries, options.target_recall)
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from densehybrid.encoder.base import Encoder, EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
-from densehybrid.index.building import calibrate, shards
+from densehybrid.index.building import calibrate, calibration_queries, shards
 from densehybrid.index.building.calibration import DEFAULT_TARGET
 from densehybrid.index.building.build import read_corpus, read_payload
 from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage,
@@ -204,7 +204,7 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
         if options.ann is not None:
             _, values = open_vectors(staged / VECTORS, count=len(source.rows), dim=source.rows.shape[1],
                                      dtype=options.values_dtype)
-            queries = calibrate.queries_for(encoder, staged, values, file=options.calibration_queries)
+            queries = calibration_queries.queries_for(encoder, staged, values, file=options.calibration_queries)
             first_stage = calibrate.write_calibrated(values, staged, options.ann, queries, options.target_recall)
         # no fusion entry: a gated (fused) kind cannot be imported
         extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
