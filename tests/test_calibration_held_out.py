@@ -11,7 +11,7 @@ import pytest
 
 from densehybrid.bench.servers.hash_encoder import HashEncoder
 from densehybrid.bench.servers.toy_index import write_toy_corpus
-from densehybrid.index.building import calibrate, calibration, held_out, other_domain
+from densehybrid.index.building import calibrate, calibration, calibration_queries, held_out, other_domain
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.building.calibration_queries import CalibrationQueries, Group
 from densehybrid.index.building.ivf import write_ivf
@@ -189,3 +189,13 @@ def test_a_fold_that_retrains_or_rebuilds_marks_the_calibration_stale():
     assert calibration.after_fold(entry, 60, 40, rebuilt=False)["stale"] is False  # a tenth exactly
     assert calibration.after_fold(entry, 61, 40, rebuilt=False)["stale"] is True
     assert calibration.after_fold({"curve": []}, 1, 0, rebuilt=False)["stale"] is True  # rows measured unknown
+
+
+def test_moving_queries_keeps_their_norms_and_takes_them_farther_the_more_noise():
+    xq = clustered(50, 32, seed=8) * 3.0
+    near, far = calibration_queries.moved(xq, 0.5), calibration_queries.moved(xq, 1.5)
+    np.testing.assert_allclose(np.linalg.norm(far, axis=1), np.linalg.norm(xq, axis=1), rtol=1e-5)
+    cosine = lambda a: np.einsum("ij,ij->i", a, xq) / np.linalg.norm(a, axis=1) / np.linalg.norm(xq, axis=1)
+    assert (cosine(far) < cosine(near)).all() and (cosine(near) < 1).all()
+    np.testing.assert_array_equal(calibration_queries.moved(xq, 0.0), xq)
+    np.testing.assert_array_equal(calibration_queries.moved(xq, 1.0), calibration_queries.moved(xq, 1.0))

@@ -36,6 +36,8 @@ HELD_OUT_SHARE = 0.1
 SENTENCE_WORDS = (4, 30)
 # the other-domain group keeps this share of a larger pool of docstring sentences: those farthest from the corpus
 OTHER_DOMAIN_SHARE = 1.0
+# and moves them this far from where they were encoded (seeded noise, a share of each query's norm)
+OTHER_DOMAIN_NOISE = 0.0
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,10 @@ def from_passages(encoder: Encoder, docs: Sequence[Document], rows: np.ndarray, 
 
 
 def from_stdlib(encoder: Encoder, values: np.ndarray, *, prompt: str = "", seed: int = 0,
-                share: float = OTHER_DOMAIN_SHARE) -> Group | None:
+                share: float = OTHER_DOMAIN_SHARE, noise: float = OTHER_DOMAIN_NOISE) -> Group | None:
     """Docstring sentences of Python's standard library, encoded: of ``QUERIES / share`` sampled ones, the
-    ``QUERIES`` farthest from ``values`` (the lowest 10th-best exact score); None when there are none."""
+    ``QUERIES`` farthest from ``values`` (the lowest 10th-best exact score), moved by ``noise`` (:func:`moved`);
+    None when there are none."""
     texts = other_domain.stdlib_sentences(int(round(QUERIES / share)), seed)
     if not texts:
         return None
@@ -118,9 +121,20 @@ def from_stdlib(encoder: Encoder, values: np.ndarray, *, prompt: str = "", seed:
         scores, _ = exact_search(xq, values, np.full(len(xq), -1))
         xq = xq[np.sort(np.argsort(scores[:, -1], kind="stable")[:QUERIES])]
     version = ".".join(platform.python_version_tuple()[:2])
-    return Group("other_domain", xq, np.full(len(xq), -1, np.int64),
+    return Group("other_domain", moved(xq, noise, seed), np.full(len(xq), -1, np.int64),
                  f"{len(xq)} docstring sentences of Python {version}'s standard library"
-                 + (f", the farthest from the corpus of {len(texts)}" if len(texts) > len(xq) else ""))
+                 + (f", the farthest from the corpus of {len(texts)}" if len(texts) > len(xq) else "")
+                 + (f", moved by noise {noise:g} of their norm" if noise else ""))
+
+
+def moved(xq: np.ndarray, noise: float, seed: int = 0) -> np.ndarray:
+    """``xq`` (Q, dim) moved away from where it was encoded: each query plus ``noise`` times a seeded Gaussian of
+    its own expected norm, scaled back to its norm (a query's norm scales what its scores spread over)."""
+    if noise == 0:
+        return xq
+    norms = np.linalg.norm(xq, axis=1, keepdims=True)
+    x = xq + noise * norms * np.random.default_rng(seed).standard_normal(xq.shape) / np.sqrt(xq.shape[1])
+    return (x * norms / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def from_file(encoder: Encoder, path: Path, *, prompt: str = "") -> Group:
