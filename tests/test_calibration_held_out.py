@@ -192,10 +192,10 @@ def test_a_fold_that_retrains_or_rebuilds_marks_the_calibration_stale():
 
 
 def test_moving_queries_keeps_their_norms_and_takes_them_farther_the_more_noise():
-    xq = clustered(50, 32, seed=8) * 3.0
-    near, far = calibration_queries.moved(xq, 0.5), calibration_queries.moved(xq, 1.5)
+    xq, xb = clustered(50, 32, seed=8) * 3.0, clustered(400, 32, seed=9)
+    near, far = calibration_queries.moved(xq, 0.5, xb), calibration_queries.moved(xq, 1.5, xb)
     np.testing.assert_allclose(np.linalg.norm(far, axis=1), np.linalg.norm(xq, axis=1), rtol=1e-5)
     cosine = lambda a: np.einsum("ij,ij->i", a, xq) / np.linalg.norm(a, axis=1) / np.linalg.norm(xq, axis=1)
     assert (cosine(far) < cosine(near)).all() and (cosine(near) < 1).all()
-    np.testing.assert_array_equal(calibration_queries.moved(xq, 0.0), xq)
-    np.testing.assert_array_equal(calibration_queries.moved(xq, 1.0), calibration_queries.moved(xq, 1.0))
+    np.testing.assert_array_equal(calibration_queries.moved(xq, 0.0, xb), xq)
+    np.testing.assert_array_equal(calibration_queries.moved(xq, 1.0, xb), calibration_queries.moved(xq, 1.0, xb))

@@ -6,7 +6,7 @@
 RESULT.json is a ``bench.scale.calibration`` result whose first stages are still in ``DIR/<choice>``. An
 other-domain query has no row of its own in the corpus, so its recall on the completed first stage is what it
 would be on the first stage without the held-out rows (200 of the rows fewer). For each noise level the
-docstring sentences the build encodes are moved by that much seeded Gaussian noise
+docstring sentences the build encodes are moved that far toward seeded random passages
 (``calibration_queries.moved``), measured at every breadth, and set beside the in-domain group measured by
 the result: the breadth at which both keep the target and the recall stated there. The level is picked on the
 result's tuning sets alone (``calibration.pick_share``'s rule).
@@ -31,7 +31,7 @@ from densehybrid.index.served.loading import load_index
 from densehybrid.index.served.stated_recall import Point, choose
 
 log = logging.getLogger(__name__)
-NOISES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+NOISES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def record_of(directory: Path, name: str) -> dict:
@@ -67,7 +67,7 @@ def run(result_path: Path, index_dir: Path, scratch: Path, noises) -> dict:
     texts = other_domain.stdlib_sentences(calibration_queries.QUERIES)
     base = np.asarray(encoder.encode(texts, "query").values, np.float32)
     out = {"result": str(result_path), "noises": list(noises), "choices": []}
-    groups = {n: calibration_queries.moved(base, n) for n in noises}
+    groups = {n: calibration_queries.moved(base, n, index.values) for n in noises}
     exact = {n: calibration.exact_top(xq, index.values, np.full(len(xq), -1)) for n, xq in groups.items()}
     for row in result["choices"]:
         name, knob = row["choice"], BREADTH[row["choice"]]
@@ -99,6 +99,29 @@ def pick(out: dict, result: dict) -> float:
     return min(out["noises"], key=lambda n: (round(worst(n), 4), n))
 
 
+def summary(result: dict, out: dict) -> list[dict]:
+    """Per first stage, the old calibration and the new one (the picked noise): breadth, stated recall, and each
+    set's measured recall at that breadth."""
+    noise = str(out["picked_noise"])
+    rows = []
+    for row, tuned in zip(result["choices"], out["choices"]):
+        for label, chosen in (("old", row["old"]), ("new", tuned["noises"][noise])):
+            rows.append({"choice": row["choice"], "calibration": label, "knob": row["knob"],
+                         "breadth": chosen["breadth"], "reached": chosen["reached"],
+                         "stated": round(chosen["stated"], 4),
+                         "measured": {n: measured_at(row, chosen["breadth"], n) for n in result["tune"] + result["report"]}})
+    return rows
+
+
+def markdown(result: dict, rows: list[dict]) -> str:
+    names = result["tune"] + result["report"]
+    lines = ["| first stage | calibration | breadth | stated | " + " | ".join(names) + " |",
+             "|---|---|---|---|" + "---|" * len(names)]
+    lines += [f"| {r['choice']} | {r['calibration']} | {r['knob']} {r['breadth']:g} | {r['stated']:.3f} | "
+              + " | ".join(f"{r['measured'][n]:.3f}" for n in names) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("result", type=Path)
@@ -110,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = run(args.result, args.index, args.scratch, args.noises)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
+    result = json.loads(args.result.read_text())
     print("picked noise", out["picked_noise"])
+    print(markdown(result, summary(result, out)))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ HELD_OUT_SHARE = 0.1
 SENTENCE_WORDS = (4, 30)
 # the other-domain group keeps this share of a larger pool of docstring sentences: those farthest from the corpus
 OTHER_DOMAIN_SHARE = 1.0
-# and moves them this far from where they were encoded (seeded noise, a share of each query's norm)
+# and moves each this far toward a random passage (a share of the query's norm)
 OTHER_DOMAIN_NOISE = 0.0
 
 
@@ -121,20 +121,25 @@ def from_stdlib(encoder: Encoder, values: np.ndarray, *, prompt: str = "", seed:
         scores, _ = exact_search(xq, values, np.full(len(xq), -1))
         xq = xq[np.sort(np.argsort(scores[:, -1], kind="stable")[:QUERIES])]
     version = ".".join(platform.python_version_tuple()[:2])
-    return Group("other_domain", moved(xq, noise, seed), np.full(len(xq), -1, np.int64),
+    return Group("other_domain", moved(xq, noise, values, seed), np.full(len(xq), -1, np.int64),
                  f"{len(xq)} docstring sentences of Python {version}'s standard library"
                  + (f", the farthest from the corpus of {len(texts)}" if len(texts) > len(xq) else "")
-                 + (f", moved by noise {noise:g} of their norm" if noise else ""))
+                 + (f", each moved {noise:g} of its norm toward a random passage" if noise else ""))
 
 
-def moved(xq: np.ndarray, noise: float, seed: int = 0) -> np.ndarray:
-    """``xq`` (Q, dim) moved away from where it was encoded: each query plus ``noise`` times a seeded Gaussian of
-    its own expected norm, scaled back to its norm (a query's norm scales what its scores spread over)."""
+def moved(xq: np.ndarray, noise: float, values: np.ndarray, seed: int = 0) -> np.ndarray:
+    """``xq`` (Q, dim) moved away from where it was encoded, toward a seeded random row of ``values`` each: plus
+    ``noise`` times that row (scaled to the query's norm), scaled back to the query's norm. The query then lies
+    between its own topic and one of the corpus's, where a graph walk or the probed lists find its neighbours
+    least (noise drawn in every direction would not move it: the corpus spans few of them)."""
     if noise == 0:
         return xq
     norms = np.linalg.norm(xq, axis=1, keepdims=True)
-    x = xq + noise * norms * np.random.default_rng(seed).standard_normal(xq.shape) / np.sqrt(xq.shape[1])
-    return (x * norms / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    rows = np.sort(np.random.default_rng(seed).choice(len(values), len(xq), replace=len(values) < len(xq)))
+    toward = np.asarray(values[rows], dtype=np.float32)
+    toward = toward[np.random.default_rng(seed + 1).permutation(len(xq))]
+    x = xq + noise * norms * toward / np.maximum(np.linalg.norm(toward, axis=1, keepdims=True), 1e-12)
+    return (x * norms / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
 def from_file(encoder: Encoder, path: Path, *, prompt: str = "") -> Group:
