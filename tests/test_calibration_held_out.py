@@ -11,7 +11,7 @@ import pytest
 
 from densehybrid.bench.servers.hash_encoder import HashEncoder
 from densehybrid.bench.servers.toy_index import write_toy_corpus
-from densehybrid.index.building import calibrate, calibration, calibration_queries, held_out, other_domain
+from densehybrid.index.building import calibrate, calibration, held_out, other_domain
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.building.calibration_queries import CalibrationQueries, Group
 from densehybrid.index.building.ivf import write_ivf
@@ -24,6 +24,8 @@ from densehybrid.index.served.stated_recall import recall_at, recall_at_k
 from densehybrid.index.storage.vectors import VECTORS, write_vectors
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta
+
+from densehybrid.bench.scale.calibration_noise import moved
 
 from test_hnsw import clustered
 
@@ -193,9 +195,9 @@ def test_a_fold_that_retrains_or_rebuilds_marks_the_calibration_stale():
 
 def test_moving_queries_keeps_their_norms_and_takes_them_farther_the_more_noise():
     xq, xb = clustered(50, 32, seed=8) * 3.0, clustered(400, 32, seed=9)
-    near, far = calibration_queries.moved(xq, 0.5, xb), calibration_queries.moved(xq, 1.5, xb)
+    near, far = moved(xq, 0.5, xb), moved(xq, 1.5, xb)
     np.testing.assert_allclose(np.linalg.norm(far, axis=1), np.linalg.norm(xq, axis=1), rtol=1e-5)
     cosine = lambda a: np.einsum("ij,ij->i", a, xq) / np.linalg.norm(a, axis=1) / np.linalg.norm(xq, axis=1)
     assert (cosine(far) < cosine(near)).all() and (cosine(near) < 1).all()
-    np.testing.assert_array_equal(calibration_queries.moved(xq, 0.0, xb), xq)
-    np.testing.assert_array_equal(calibration_queries.moved(xq, 1.0, xb), calibration_queries.moved(xq, 1.0, xb))
+    np.testing.assert_array_equal(moved(xq, 0.0, xb), xq)
+    np.testing.assert_array_equal(moved(xq, 1.0, xb), moved(xq, 1.0, xb))

@@ -7,7 +7,7 @@ RESULT.json is a ``bench.scale.calibration`` result whose first stages are still
 other-domain query has no row of its own in the corpus, so its recall on the completed first stage is what it
 would be on the first stage without the held-out rows (200 of the rows fewer). For each noise level the
 docstring sentences the build encodes are moved that far toward seeded random passages
-(``calibration_queries.moved``), measured at every breadth, and set beside the in-domain group measured by
+(:func:`moved`), measured at every breadth, and set beside the in-domain group measured by
 the result: the breadth at which both keep the target and the recall stated there. The level is picked on the
 result's tuning sets alone (``calibration.pick_share``'s rule).
 """
@@ -32,6 +32,21 @@ from densehybrid.index.served.stated_recall import Point, choose
 
 log = logging.getLogger(__name__)
 NOISES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def moved(xq: np.ndarray, noise: float, values: np.ndarray, seed: int = 0) -> np.ndarray:
+    """``xq`` (Q, dim) moved away from where it was encoded, toward a seeded random row of ``values`` each: plus
+    ``noise`` times that row (scaled to the query's norm), scaled back to the query's norm. The query then lies
+    between its own topic and one of the corpus's, where a graph walk or the probed lists find its neighbours
+    least (noise drawn in every direction would not move it: the corpus spans few of them)."""
+    if noise == 0:
+        return xq
+    norms = np.linalg.norm(xq, axis=1, keepdims=True)
+    rows = np.sort(np.random.default_rng(seed).choice(len(values), len(xq), replace=len(values) < len(xq)))
+    toward = np.asarray(values[rows], dtype=np.float32)
+    toward = toward[np.random.default_rng(seed + 1).permutation(len(xq))]
+    x = xq + noise * norms * toward / np.maximum(np.linalg.norm(toward, axis=1, keepdims=True), 1e-12)
+    return (x * norms / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
 def record_of(directory: Path, name: str) -> dict:
@@ -67,7 +82,7 @@ def run(result_path: Path, index_dir: Path, scratch: Path, noises) -> dict:
     texts = other_domain.stdlib_sentences(calibration_queries.QUERIES)
     base = np.asarray(encoder.encode(texts, "query").values, np.float32)
     out = {"result": str(result_path), "noises": list(noises), "choices": []}
-    groups = {n: calibration_queries.moved(base, n, index.values) for n in noises}
+    groups = {n: moved(base, n, index.values) for n in noises}
     exact = {n: calibration.exact_top(xq, index.values, np.full(len(xq), -1)) for n, xq in groups.items()}
     for row in result["choices"]:
         name, knob = row["choice"], BREADTH[row["choice"]]
