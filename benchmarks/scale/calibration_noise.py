@@ -74,15 +74,18 @@ def stated_with(row: dict, other: list[dict], target: float) -> dict:
     return {"breadth": chosen.point.breadth, "reached": chosen.reached, "stated": round(chosen.point.recall, 4)}
 
 
-def run(result_path: Path, index_dir: Path, scratch: Path, noises) -> dict:
+def run(result_path: Path, index_dir: Path, scratch: Path, noises, shares=()) -> dict:
     faiss.omp_set_num_threads(1)
     result = json.loads(result_path.read_text())
     index = load_index(index_dir)
     encoder = encoder_for_index(index, device="cpu")
-    texts = other_domain.stdlib_sentences(calibration_queries.QUERIES)
-    base = np.asarray(encoder.encode(texts, "query").values, np.float32)
-    out = {"result": str(result_path), "noises": list(noises), "choices": []}
-    groups = {n: moved(base, n, index.values) for n in noises}
+    if shares:  # instead of moving them, keep the farthest ``share`` of a larger pool
+        groups = {s: calibration_queries.from_stdlib(encoder, index.values, share=s).vectors for s in shares}
+    else:
+        base = np.asarray(encoder.encode(other_domain.stdlib_sentences(calibration_queries.QUERIES), "query").values,
+                          np.float32)
+        groups = {n: moved(base, n, index.values) for n in noises}
+    out = {"result": str(result_path), "noises": list(groups), "choices": []}
     exact = {n: calibration.exact_top(xq, index.values, np.full(len(xq), -1)) for n, xq in groups.items()}
     for row in result["choices"]:
         name, knob = row["choice"], BREADTH[row["choice"]]
@@ -143,10 +146,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("index", type=Path)
     parser.add_argument("--scratch", type=Path, required=True)
     parser.add_argument("--noises", nargs="*", type=float, default=list(NOISES))
+    parser.add_argument("--shares", nargs="*", type=float, default=[],
+                        help="measure the farthest share of a larger pool of sentences instead of moved ones")
     parser.add_argument("--out", type=Path, default=Path("noise.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = run(args.result, args.index, args.scratch, args.noises)
+    out = run(args.result, args.index, args.scratch, args.noises, args.shares)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     result = json.loads(args.result.read_text())
     print("picked noise", out["picked_noise"])
