@@ -65,12 +65,28 @@ class Hit(BaseModel):
     fields: dict[str, Any] | None = Field(None, description="the payload fields asked for with `fields`")
 
 
+class GroupRecall(BaseModel):
+    recall_at_10: float
+    exact_top10: float
+
+
 class CalibrationPoint(BaseModel):
     breadth: float = Field(description="the first stage's breadth (ef_search, nprobe or a pqscan margin)")
     recall_at_10: float = Field(description="mean share of each calibration query's exact top 10 found")
     exact_top10: float = Field(description="share of calibration queries whose top 10 was the exact one entire")
     p50_ms: float = Field(description="median single-query first stage, candidates rescored, at build time")
     p99_ms: float
+    groups: dict[str, GroupRecall] | None = Field(None, description="each group of calibration queries' own recall "
+                                                                   "(recall_at_10 and exact_top10 above are the "
+                                                                   "lowest group's)")
+
+
+class CalibrationGroup(BaseModel):
+    name: str = Field(description="in_domain (sentences cut from the corpus, their rows held out while measured), "
+                                  "other_domain (docstring sentences of Python's standard library), file "
+                                  "(--calibration-queries) or rows (stored rows, held out)")
+    source: str = Field(description="where the group's queries came from")
+    queries: int = Field(description="queries in the group")
 
 
 class Calibration(BaseModel):
@@ -79,8 +95,20 @@ class Calibration(BaseModel):
                                                     "null where a breadth was given instead")
     reached: bool | None = Field(description="whether a measured breadth kept the target; if not, the default is "
                                              "the best one measured")
-    queries: int = Field(description="calibration queries searched")
-    source: str = Field(description="where they came from: cut from sampled passages, a file, or stored rows")
+    queries: int = Field(description="calibration queries searched, all groups together")
+    source: str = Field(description="where they came from, group by group: cut from sampled passages, Python's "
+                                    "docstrings, a file, or stored rows")
+    groups: list[CalibrationGroup] | None = Field(None, description="the groups of queries; the recall stated is "
+                                                                    "the lowest group's")
+    held_out_rows: int | None = Field(None, description="rows left out of the first stage while it was measured "
+                                                        "(the rows the in-domain queries were cut from), added after")
+    measured_rows: int | None = Field(None, description="the rows the index had when the curve was measured")
+    measured_at: str | None = Field(None, description="when the curve was measured (UTC, ISO 8601)")
+    stale: bool | None = Field(None, description="true once folds changed the first stage past what was measured "
+                                                 "(codebooks or lists retrained, the graph rebuilt, or more than a "
+                                                 "tenth of measured_rows added or dropped): answers still state the "
+                                                 "curve's recall, the live recall measures the index as it is")
+    rows_changed: int | None = Field(None, description="rows folds added or dropped since the curve was measured")
     seconds: float | None = Field(None, description="what measuring the curve took at build time")
     exact_p50_ms: float | None = Field(None, description="the exact scan's median single query at build time: below "
                                                          "it, --ann flat answers exactly and as fast")

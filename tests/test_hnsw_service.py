@@ -58,7 +58,10 @@ def test_info_names_the_first_stage_and_the_ef_search_limit(served):
     if first_stage == "hnsw":  # the build measured the curve, and kept the breadth it was given
         calibration = named.pop("calibration")
         assert calibration["knob"] == "ef_search" and calibration["target_recall"] is None
-        assert calibration["queries"] > 0 and calibration["source"].startswith("a sentence cut from each of")
+        assert [g["name"] for g in calibration["groups"]] == ["in_domain", "other_domain"]
+        assert calibration["groups"][0]["source"].startswith("a sentence cut from each of")
+        assert calibration["queries"] == sum(g["queries"] for g in calibration["groups"])
+        assert calibration["measured_rows"] > 0 and calibration["stale"] is False
         assert [p["breadth"] for p in calibration["curve"]] == [16, 32, 64, 128, 256, 512, 1024, 2048]
     assert named == ({"type": "hnsw", "ef_search": 48} if first_stage == "hnsw" else {"type": "flat"})
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.bench.scale.real import read_queries
-from densehybrid.index.building.calibrate import exact_top
+from densehybrid.index.building.calibration import exact_top
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.building.first_stage import write_approximate
 from densehybrid.index.engines import faiss_engine, hnsw_engine

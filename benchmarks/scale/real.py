@@ -31,9 +31,8 @@ import numpy as np
 
 from densehybrid.bench.scale import real_report
 from densehybrid.bench.timing import summarize
-from densehybrid.index.building import calibrate, calibration
+from densehybrid.index.building import calibrate, calibration, calibration_queries
 from densehybrid.index.building.commands import encoder_for_index
-from densehybrid.index.building.first_stage import write_approximate
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
@@ -95,12 +94,11 @@ def our_choice(name: str, values: np.ndarray, index_dir: Path, encoder, groups, 
         staged = Path(tmp)
         for shared in ("docs.sqlite", "vectors.faiss"):  # the texts to cut queries from, the rows the exact scan reads
             (staged / shared).symlink_to((index_dir / shared).resolve())
+        queries = calibration_queries.queries_for(encoder, staged, values)
         started = time.perf_counter()
         with faiss_engine.omp_threads(os.cpu_count() or 1):  # built as a build builds it: every core
-            record = write_approximate(values, staged, CHOICES[name])
-        built_s = time.perf_counter() - started
-        queries = calibrate.queries_for(encoder, staged, values)
-        calibrated = calibrate.calibrate(staged, record, values, queries, calibration.DEFAULT_TARGET)
+            calibrated = calibrate.write_calibrated(values, staged, CHOICES[name], queries, calibration.DEFAULT_TARGET)
+        built_s = time.perf_counter() - started - calibrated["calibration"]["seconds"]
         store = calibrate.store_of(staged, calibrated, values)
         knob = BREADTH[name]
         files = {p.name: p.stat().st_size for p in staged.iterdir() if p.is_file() and not p.is_symlink()}
@@ -161,7 +159,7 @@ def run(index_dir: Path, query_specs: list[str], choices: list[str], peers: list
     for spec in query_specs:
         name, texts = read_queries(spec)
         groups[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
-    exact = {name: calibrate.exact_top(xq, values, np.full(len(xq), -1)) for name, xq in groups.items()}
+    exact = {name: calibration.exact_top(xq, values, np.full(len(xq), -1)) for name, xq in groups.items()}
     result = {"index": str(index_dir), "rows": index.count, "dim": int(values.shape[1]), "model": index.spec.model_id,
               "queries": {name: len(xq) for name, xq in groups.items()}, "threads": threads, "k": K,
               "flat": flat(values, groups), "choices": [], "peers": []}

@@ -26,7 +26,7 @@ import numpy as np
 from densehybrid.bench.scale.real import read_queries
 from densehybrid.bench.servers.start import serve_command, start_server, stop_process
 from densehybrid.bench.timing import summarize
-from densehybrid.index.building.calibrate import exact_top
+from densehybrid.index.building.calibration import exact_top
 from densehybrid.index.served.loading import load_index
 
 K = 10

@@ -132,7 +132,7 @@ def _publish(config: ScaleConfig, pyserini: Path, out: Path, dim: int) -> dict:
 
 
 def _hnsw_sweep(config: ScaleConfig, index, xq: np.ndarray, want: np.ndarray) -> list[dict]:
-    graph = hnsw_engine.HnswStore(index.ann, index.values, None, index.doc_ids, config.hnsw.ef_search)
+    graph = hnsw_engine.HnswStore(index.ann, index.values, None, index.doc_ids, config.hnsw.ef_search, index.ann_rows)
     sweep = []
     for ef in config.ef_sweep:
         timing, rows = _per_query(lambda q: graph.inner_product(q, K, ef_search=ef)[1], xq)

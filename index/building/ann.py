@@ -22,6 +22,7 @@ import numpy as np
 
 from dataclasses import replace
 
+from densehybrid.index.building.row_chunks import chunks, without
 from densehybrid.index.engines.faiss_engine import train_sample
 from densehybrid.index.engines.hnsw_engine import (ANN_FILE, ENCODINGS, NODE_ROWS, HNSWConfig, augment_rows,
                                                    graph_width)
@@ -48,20 +49,37 @@ def max_norm2(xb: np.ndarray) -> float:
                for part in (np.asarray(xb[s:s + _ADD_ROWS], dtype=np.float32) for s in range(0, len(xb), _ADD_ROWS)))
 
 
-def build_hnsw(xb: np.ndarray, config: HNSWConfig) -> tuple[faiss.Index, HNSWConfig]:
+def build_hnsw(xb: np.ndarray, config: HNSWConfig, skip: np.ndarray | None = None) -> tuple[faiss.Index, HNSWConfig]:
     """The graph of ``xb`` (N, dim) float16/float32 (a memory map is fine), rows added in chunks, and
-    ``config`` with the rows' ``max_norm2``."""
+    ``config`` with the rows' ``max_norm2``. With ``skip`` (sorted rows) those rows are left out of the graph
+    and of its training (a calibration's held-out rows): node i is then the i-th row not skipped."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"an HNSW first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
     config = replace(config, max_norm2=max_norm2(xb))
     index = new_hnsw(xb.shape[1], config)
-    index.train(augment_rows(xb[train_sample(len(xb), config.train_size, config.seed)], config.max_norm2))
+    index.train(augment_rows(xb[without(train_sample(len(xb), config.train_size, config.seed), skip)],
+                             config.max_norm2))
     started = time.perf_counter()
-    for s in range(0, len(xb), _ADD_ROWS):
-        index.add(augment_rows(xb[s:s + _ADD_ROWS], config.max_norm2))
-        log.debug("hnsw: %d of %d rows added (%.0f s)", min(s + _ADD_ROWS, len(xb)), len(xb),
-                  time.perf_counter() - started)
+    for rows, part in chunks(xb, skip, _ADD_ROWS):
+        index.add(augment_rows(part, config.max_norm2))
+        log.debug("hnsw: %d of %d rows added (%.0f s)", rows[-1] + 1, len(xb), time.perf_counter() - started)
     return index, config
+
+
+def add_rows(index: faiss.Index, xb: np.ndarray, rows: np.ndarray, config: HNSWConfig) -> None:
+    """Add ``xb[rows]`` to the graph ``index`` as its next nodes (the rows a calibration held out)."""
+    for s in range(0, len(rows), _ADD_ROWS):
+        index.add(augment_rows(xb[rows[s:s + _ADD_ROWS]], config.max_norm2, index.d))
+
+
+def save_hnsw(index: faiss.Index, directory: str | Path, config: HNSWConfig, nodes: np.ndarray) -> dict:
+    """Write the graph ``index`` and, when its nodes are not the rows in order, ``nodes`` (node -> row) into
+    ``directory``; returns the manifest's ``first_stage`` record."""
+    faiss.write_index(index, str(Path(directory) / ANN_FILE))
+    if np.array_equal(nodes, np.arange(len(nodes))):
+        return config.to_dict()
+    np.save(Path(directory) / NODE_ROWS, nodes, allow_pickle=False)
+    return {**config.to_dict(), "node_rows": NODE_ROWS, "nodes": len(nodes)}
 
 
 def write_ann(xb: np.ndarray, directory: str | Path, config: HNSWConfig = HNSWConfig()) -> dict:
@@ -83,22 +101,24 @@ def folded_nodes(base_nodes: np.ndarray, new_row_of: np.ndarray, count: int) -> 
     return np.concatenate([kept, np.arange(int((new_row_of >= 0).sum()), count, dtype=np.int64)])
 
 
+def must_rebuild(nodes: np.ndarray, added: np.ndarray, config: HNSWConfig) -> bool:
+    """Whether a fold builds the graph anew rather than adding ``added`` (n, dim) to it: past
+    ``MAX_DEAD_FRACTION`` dead ``nodes``, or an added row longer than the graph's augmentation allows."""
+    return bool(np.mean(nodes < 0) > MAX_DEAD_FRACTION or (len(added) and max_norm2(added) > config.max_norm2))
+
+
 def fold_ann(values: np.ndarray, directory: Path, base_directory: Path, nodes: np.ndarray, first_added: int,
              config: HNSWConfig) -> dict:
     """The folded generation's graph in ``directory``: the base's (in ``base_directory``) with the rows
     ``values[first_added:]`` added, or built anew (see the module docstring). ``values``: the new (N, dim)
     rows; ``nodes``: :func:`folded_nodes`. Returns the manifest's ``first_stage`` record."""
     added = values[first_added:]
-    if np.mean(nodes < 0) > MAX_DEAD_FRACTION or (len(added) and max_norm2(added) > config.max_norm2):
+    if must_rebuild(nodes, added, config):
         return write_ann(values, directory, config)
     started = time.perf_counter()
     index = faiss.read_index(str(Path(base_directory) / ANN_FILE))  # read in whole: rows are added to it
     for s in range(0, len(added), _ADD_ROWS):
         index.add(augment_rows(added[s:s + _ADD_ROWS], config.max_norm2, index.d))  # the base graph's width
-    faiss.write_index(index, str(Path(directory) / ANN_FILE))
     log.info("hnsw first stage: %d rows added to the graph of %d nodes (%d dead) in %.1f s", len(added),
              len(nodes) - len(added), int(np.sum(nodes < 0)), time.perf_counter() - started)
-    if np.array_equal(nodes, np.arange(len(values))):  # nothing dropped yet: nodes are rows
-        return config.to_dict()
-    np.save(Path(directory) / NODE_ROWS, nodes, allow_pickle=False)
-    return {**config.to_dict(), "node_rows": NODE_ROWS, "nodes": len(nodes)}
+    return save_hnsw(index, directory, config, nodes)

@@ -24,7 +24,8 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, durable, files
 from densehybrid.index.search import fusion
-from densehybrid.index.building import calibrate, calibration, fusion_auto, lambda_auto, shards
+from densehybrid.index.building import (calibrate, calibration, calibration_queries, fusion_auto, lambda_auto,
+                                         shards)
 from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
 from densehybrid.index.storage.documents import Document
 from densehybrid.index.engines import faiss_engine
@@ -140,12 +141,13 @@ def _staged_rows(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple
     return values, gates
 
 
-def _calibrated(encoder: Encoder, staged: Path, first_stage: dict, options: BuildOptions) -> dict:
-    """The approximate first stage's record with its recall curve and, for a target, the breadth that keeps it."""
+def _calibrated(encoder: Encoder, staged: Path, options: BuildOptions) -> dict:
+    """The approximate first stage, built and calibrated (its recall curve and, for a target, the breadth that
+    keeps it) -> its manifest record."""
     values, _ = _staged_rows(encoder, staged, options)
-    queries = calibrate.queries_for(encoder, staged, values, file=options.calibration_queries,
+    queries = calibration_queries.queries_for(encoder, staged, values, file=options.calibration_queries,
                                     prompt=options.prompts.for_role("query"))
-    return calibrate.calibrate(staged, first_stage, values, queries, options.target_recall)
+    return calibrate.write_calibrated(values, staged, options.ann, queries, options.target_recall)
 
 
 def _lambda(encoder: Encoder, staged: Path, options: BuildOptions) -> tuple[float, dict]:
@@ -208,10 +210,11 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
             return encode_passages(encoder, texts, options.batch_size, on_batch)
     _encode_shards(encode_shard, corpus, work, options, total)
     spec = encoder.spec
+    # the approximate first stage is built after the texts are staged: its calibration cuts queries from them
     staged, first_stage = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq,
-                                          values_dtype=options.values_dtype, ann=options.ann)
+                                          values_dtype=options.values_dtype)
     if options.ann is not None:
-        first_stage = _calibrated(encoder, staged, first_stage, options)
+        first_stage = _calibrated(encoder, staged, options)
     lam, lam_info = _lambda(encoder, staged, options)
     fusion_info = _auto_fusion(encoder, staged, options, fusion_info)
     fields_info = payload.write(staged) if payload is not None else {}

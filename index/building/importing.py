@@ -26,10 +26,10 @@ import numpy as np
 
 from densehybrid.encoder.base import Encoder, EncoderSpec
 from densehybrid.encoder.checksums import sha256_file
-from densehybrid.index.building import calibrate, shards
+from densehybrid.index.building import calibrate, calibration_queries, shards
 from densehybrid.index.building.calibration import DEFAULT_TARGET
 from densehybrid.index.building.build import read_corpus, read_payload
-from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage, write_approximate,
+from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage,
                                                    write_vectors_and_first_stage)
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
@@ -141,10 +141,11 @@ def _write_vectors(source: PyseriniIndex, staged: Path, options: ImportOptions) 
             os.link(source.index_file, staged / VECTORS)
         except OSError:
             shutil.copyfile(source.index_file, staged / VECTORS)
-        return {"type": "flat_ip"} if options.ann is None else write_approximate(source.rows, staged, options.ann)
+        return {"type": "flat_ip"}
     parts = (source.rows[s:s + _CHUNK_ROWS] for s in range(0, len(source.rows), _CHUNK_ROWS))
+    # an approximate first stage is built once the texts are staged (its calibration cuts queries from them)
     return write_vectors_and_first_stage(staged, parts, count=len(source.rows), dim=source.rows.shape[1],
-                                         values_dtype=options.values_dtype, pq=options.pq, ann=options.ann)
+                                         values_dtype=options.values_dtype, pq=options.pq)
 
 
 def _documents(source: PyseriniIndex, corpus: Path | None) -> Iterator[tuple[int, Document]]:
@@ -203,8 +204,8 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
         if options.ann is not None:
             _, values = open_vectors(staged / VECTORS, count=len(source.rows), dim=source.rows.shape[1],
                                      dtype=options.values_dtype)
-            queries = calibrate.queries_for(encoder, staged, values, file=options.calibration_queries)
-            first_stage = calibrate.calibrate(staged, first_stage, values, queries, options.target_recall)
+            queries = calibration_queries.queries_for(encoder, staged, values, file=options.calibration_queries)
+            first_stage = calibrate.write_calibrated(values, staged, options.ann, queries, options.target_recall)
         # no fusion entry: a gated (fused) kind cannot be imported
         extra = {"lambda": {"method": "model"}, "source": _source_record(source)}
         if encoder is not None:  # the precision the vectors were stated to be encoded in, which serve expects

@@ -22,6 +22,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from densehybrid.index.building.row_chunks import chunks, without
 from densehybrid.index.engines.faiss_engine import train_sample
 from densehybrid.index.engines.hnsw_engine import ENCODINGS
 from densehybrid.index.engines.ivf_engine import ANN_FILE, IVFConfig, lists_for
@@ -47,21 +48,28 @@ def new_ivf(dim: int, config: IVFConfig) -> faiss.Index:
     return index
 
 
-def _add_rows(index: faiss.Index, xb: np.ndarray, first_row: int) -> None:
-    """Add ``xb`` (n, dim) in chunks, ids ``first_row`` onwards."""
-    for s in range(0, len(xb), _ADD_ROWS):
-        part = np.asarray(xb[s:s + _ADD_ROWS], dtype=np.float32)
-        index.add_with_ids(part, np.arange(first_row + s, first_row + s + len(part), dtype=np.int64))
+def _add_rows(index: faiss.Index, xb: np.ndarray, first_row: int, skip: np.ndarray | None = None) -> None:
+    """Add ``xb`` (n, dim) in chunks, ids ``first_row`` onwards, the rows ``skip`` (sorted ids) left out."""
+    for rows, part in chunks(xb, None if skip is None else skip - first_row, _ADD_ROWS):
+        index.add_with_ids(part, rows + first_row)
 
 
-def build_ivf(xb: np.ndarray, config: IVFConfig) -> tuple[faiss.Index, IVFConfig]:
+def add_rows(index: faiss.Index, xb: np.ndarray, rows: np.ndarray) -> None:
+    """Add ``xb[rows]`` to the lists of ``index`` with their rows as ids (the rows a calibration held out)."""
+    for s in range(0, len(rows), _ADD_ROWS):
+        index.add_with_ids(np.asarray(xb[rows[s:s + _ADD_ROWS]], dtype=np.float32), rows[s:s + _ADD_ROWS])
+
+
+def build_ivf(xb: np.ndarray, config: IVFConfig, skip: np.ndarray | None = None) -> tuple[faiss.Index, IVFConfig]:
     """The IVF of ``xb`` (N, dim) float16/float32 (a memory map is fine), and ``config`` as built: with
     ``trained_rows``, ``nlist`` chosen from the rows when it is 0 (``lists_for``), and lowered to the training
-    sample's size when the rows are fewer."""
+    sample's size when the rows are fewer. With ``skip`` (sorted rows) those rows are left out of the lists and
+    of the training (a calibration's held-out rows)."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"an IVF first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
     config = replace(config, nlist=config.nlist or lists_for(len(xb)))
-    sample = train_sample(len(xb), max(config.train_size, MIN_SAMPLE_PER_LIST * config.nlist), config.seed)
+    sample = without(train_sample(len(xb), max(config.train_size, MIN_SAMPLE_PER_LIST * config.nlist), config.seed),
+                     skip)
     if len(sample) < config.nlist:
         log.warning("ivf: %d rows, fewer than the %d lists asked for: %d lists", len(xb), config.nlist, len(sample))
     config = replace(config, nlist=min(config.nlist, len(sample)), trained_rows=len(xb))
@@ -69,8 +77,13 @@ def build_ivf(xb: np.ndarray, config: IVFConfig) -> tuple[faiss.Index, IVFConfig
     started = time.perf_counter()
     index.train(np.asarray(xb[sample], dtype=np.float32))
     log.debug("ivf: %d lists trained on %d rows (%.0f s)", config.nlist, len(sample), time.perf_counter() - started)
-    _add_rows(index, xb, 0)
+    _add_rows(index, xb, 0, skip)
     return index, config
+
+
+def must_retrain(rows: int, config: IVFConfig) -> bool:
+    """Whether a fold to ``rows`` rows trains the lists anew (past ``MAX_GROWTH`` times the rows trained on)."""
+    return rows > MAX_GROWTH * max(config.trained_rows, 1)
 
 
 def write_ivf(xb: np.ndarray, directory: str | Path, config: IVFConfig = IVFConfig()) -> dict:
@@ -105,7 +118,7 @@ def fold_ivf(values: np.ndarray, directory: Path, base_directory: Path, new_row_
     ``new_row_of`` (base row -> new row, -1 dropped) with the rows ``values[first_added:]`` added, or
     built anew (see the module docstring). ``values``: the new (N, dim) rows. Returns the manifest's
     ``first_stage`` record."""
-    if len(values) > MAX_GROWTH * max(config.trained_rows, 1):
+    if must_retrain(len(values), config):
         return write_ivf(values, directory, config)
     started = time.perf_counter()
     index = faiss.read_index(str(Path(base_directory) / ANN_FILE))  # read in whole: its lists change

@@ -19,6 +19,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from densehybrid.index.building.row_chunks import chunks, without
 from densehybrid.index.engines.faiss_engine import train_sample
 from densehybrid.index.engines.pqscan_engine import ANN_FILE, NBITS, PQScanConfig, sub_quantizers
 
@@ -34,13 +35,16 @@ def new_codes(dim: int, m: int) -> faiss.Index:
     return faiss.IndexPQ(dim, m, NBITS, faiss.METRIC_INNER_PRODUCT)
 
 
-def _encode_rows(index: faiss.Index, xb: np.ndarray) -> None:
-    for s in range(0, len(xb), _ADD_ROWS):
-        index.add(np.asarray(xb[s:s + _ADD_ROWS], dtype=np.float32))
+def _encode_rows(index: faiss.Index, xb: np.ndarray, skip: np.ndarray | None = None) -> None:
+    for _, part in chunks(xb, skip, _ADD_ROWS):
+        index.add(part)
 
 
-def build_pqscan(xb: np.ndarray, config: PQScanConfig) -> tuple[faiss.Index, PQScanConfig]:
-    """The codes of ``xb`` (N, dim) float16/float32 (a memory map is fine), and ``config`` as built (its ``m``)."""
+def build_pqscan(xb: np.ndarray, config: PQScanConfig, skip: np.ndarray | None = None
+                 ) -> tuple[faiss.Index, PQScanConfig]:
+    """The codes of ``xb`` (N, dim) float16/float32 (a memory map is fine), and ``config`` as built (its ``m``).
+    With ``skip`` (sorted rows) those rows are left out of the codes and of the codebooks' training (a
+    calibration's held-out rows): code i is then the i-th row not skipped, until :func:`insert_rows`."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"a pqscan first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
     m = config.m or sub_quantizers(xb.shape[1])
@@ -49,10 +53,31 @@ def build_pqscan(xb: np.ndarray, config: PQScanConfig) -> tuple[faiss.Index, PQS
     config = replace(config, m=m, trained_rows=len(xb))
     index = new_codes(xb.shape[1], m)
     started = time.perf_counter()
-    index.train(np.asarray(xb[train_sample(len(xb), config.train_size, config.seed)], dtype=np.float32))
+    index.train(np.asarray(xb[without(train_sample(len(xb), config.train_size, config.seed), skip)], dtype=np.float32))
     log.debug("pqscan: %d codebooks trained (%.0f s)", m, time.perf_counter() - started)
-    _encode_rows(index, xb)
+    _encode_rows(index, xb, skip)
     return index, config
+
+
+def set_codes(index: faiss.Index, codes: np.ndarray) -> None:
+    """Replace the codes of ``index`` (an IndexPQ) by ``codes`` (N, code_size) uint8."""
+    faiss.copy_array_to_vector(np.ascontiguousarray(codes).reshape(-1), index.codes)
+    index.ntotal = len(codes)
+
+
+def insert_rows(index: faiss.Index, xb: np.ndarray, rows: np.ndarray) -> None:
+    """Encode ``xb[rows]`` (sorted rows that :func:`build_pqscan` skipped) with the trained codebooks and put
+    their codes in their places, so that code i is row i again."""
+    kept = faiss.vector_to_array(index.codes).reshape(index.ntotal, index.code_size)
+    codes = np.empty((len(kept) + len(rows), index.code_size), np.uint8)
+    codes[rows] = index.pq.compute_codes(np.asarray(xb[rows], dtype=np.float32))
+    codes[np.setdiff1d(np.arange(len(codes)), rows)] = kept
+    set_codes(index, codes)
+
+
+def must_retrain(rows: int, config: PQScanConfig) -> bool:
+    """Whether a fold to ``rows`` rows trains the codebooks anew (past ``MAX_GROWTH`` times the rows trained on)."""
+    return rows > MAX_GROWTH * max(config.trained_rows, 1)
 
 
 def write_pqscan(xb: np.ndarray, directory: str | Path, config: PQScanConfig = PQScanConfig()) -> dict:
@@ -72,7 +97,7 @@ def fold_pqscan(values: np.ndarray, directory: Path, base_directory: Path, keep:
     """The folded generation's codes in ``directory``: the base's (in ``base_directory``) rows ``keep`` copied,
     then ``values[first_added:]`` encoded with the same codebooks (or all trained anew, see the module
     docstring). ``values``: the new (N, dim) rows. Returns the manifest's ``first_stage`` record."""
-    if len(values) > MAX_GROWTH * max(config.trained_rows, 1):
+    if must_retrain(len(values), config):
         return write_pqscan(values, directory, config)
     started = time.perf_counter()
     base = faiss.read_index(str(Path(base_directory) / ANN_FILE))
@@ -80,9 +105,7 @@ def fold_pqscan(values: np.ndarray, directory: Path, base_directory: Path, keep:
     index = new_codes(base.d, base.pq.M)
     index.pq = base.pq
     index.is_trained = True
-    kept = np.ascontiguousarray(codes[keep])  # copied as they are: the kept rows are not encoded again
-    faiss.copy_array_to_vector(kept.reshape(-1), index.codes)
-    index.ntotal = len(keep)
+    set_codes(index, codes[keep])  # copied as they are: the kept rows are not encoded again
     _encode_rows(index, values[first_added:])
     faiss.write_index(index, str(Path(directory) / ANN_FILE))
     log.info("pqscan first stage: %d rows kept, %d encoded in %.1f s", len(keep), len(values) - first_added,

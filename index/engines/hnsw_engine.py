@@ -14,9 +14,10 @@ candidate set is approximate. A filter that keeps few rows is answered exactly o
 widened as the filter keeps fewer. A filter that keeps a query's nearest rows markedly less than the
 rest (a filter keeping the rows least like the query) has its best rows away from where the walk goes:
 such a search scans the kept rows exactly. Any other filtered answer is checked by :func:`checked`
-against a random draw of the kept rows, and one a drawn row beats is replaced the same way. After a fold added rows to the graph instead of
-rebuilding it, its nodes are no longer the rows: ``node_rows`` maps them (-1 for a row the fold
-dropped, which the walk passes through but never returns).
+against a random draw of the kept rows, and one a drawn row beats is replaced the same way. After a fold
+added rows to the graph instead of rebuilding it, or once a build added the rows its calibration held out
+after the others, its nodes are no longer the rows: ``node_rows`` maps them (-1 for a row a fold dropped,
+which the walk passes through but never returns).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from densehybrid.index.search.vector_store import VectorStore
 from densehybrid.index.storage.files import HNSW_GRAPH, HNSW_NODE_ROWS
 
 ANN_FILE = HNSW_GRAPH  # the file this engine reads (its name is the index layout's, ``index.storage.files``)
-NODE_ROWS = HNSW_NODE_ROWS  # node -> row, only once a fold has dropped rows from the graph
+NODE_ROWS = HNSW_NODE_ROWS  # node -> row, once nodes are not rows (a fold dropped some, a build added some last)
 ENCODINGS = {"sq8": faiss.ScalarQuantizer.QT_8bit, "fp16": faiss.ScalarQuantizer.QT_fp16}
 # a filter keeping at most this many rows, or this fraction of them, is searched exactly over its rows:
 # a scan of 20k rows costs about what a graph walk does, and below 5% the walk meets mostly rows it
@@ -190,8 +191,9 @@ class HnswStore(HostRows, VectorStore):
                  node_rows: np.ndarray | None = None, flat: faiss.Index | None = None):
         super().__init__(values, gates, doc_ids)
         self.hnsw, self.ef_search, self.node_rows, self.flat = hnsw, ef_search, node_rows, flat
-        self._live = None if node_rows is None else np.asarray(node_rows) >= 0
-        self._live_bits = None if node_rows is None else np.packbits(self._live, bitorder="little")  # the common case
+        live = None if node_rows is None else np.asarray(node_rows) >= 0
+        self._live = None if live is None or live.all() else live  # None: every node is a row, none dead
+        self._live_bits = None if self._live is None else np.packbits(self._live, bitorder="little")  # the common case
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -240,6 +242,9 @@ class HnswStore(HostRows, VectorStore):
 
     def _returned_nodes(self, selection: Selection | None) -> np.ndarray | None:
         """(nodes,) bool: the nodes a walk may return (None: all of them), the live ones of the kept rows."""
+        if selection is None:
+            return self._live
         if self.node_rows is None:
-            return None if selection is None else selection.mask
-        return self._live if selection is None else self._live & selection.mask[np.maximum(self.node_rows, 0)]
+            return selection.mask
+        kept = selection.mask[np.maximum(self.node_rows, 0)]
+        return kept if self._live is None else self._live & kept

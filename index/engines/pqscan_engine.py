@@ -156,14 +156,16 @@ class PQScanStore(HostRows, VectorStore):
     """Product-code candidates, exact scores: ``scan`` (:func:`fast_scan` of the N rows' codes), values (N, dim)
     float16 or float32, the stored copy memory-mapped, gates (N, G) uint8 or None; by default a query rescores
     the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``; ``flat`` the
-    Faiss flat index of the stored copy, for the exact scans (None: numpy reads ``values``)."""
+    Faiss flat index of the stored copy, for the exact scans (None: numpy reads ``values``). ``code_rows`` maps
+    codes to rows while a calibration holds some rows out of the codes (None: code i is row i)."""
 
     first_stage = "pqscan"
 
     def __init__(self, scan: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, rescore: int,
-                 margin: float = 0.0, flat: faiss.Index | None = None):
+                 margin: float = 0.0, flat: faiss.Index | None = None, code_rows: np.ndarray | None = None):
         super().__init__(values, gates, doc_ids)
         self.scan, self.rescore, self.margin, self.flat = scan, rescore, margin, flat
+        self.code_rows = code_rows  # (codes,) the row of each code (None: code i is row i)
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       margin: float | None = None, rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -215,9 +217,13 @@ class PQScanStore(HostRows, VectorStore):
         """The best ``wanted`` code scores (Q, wanted) of the rows ``selection`` keeps, and their rows (-1: none)."""
         params = faiss.SearchParametersIVF(nprobe=1)
         if selection is not None and not selection.everything:
-            bits = np.packbits(selection.mask, bitorder="little")
-            params.sel = faiss.IDSelectorBitmap(len(selection.mask), faiss.swig_ptr(bits))  # bits outlive the search
-        return faiss_search(self.scan, xq, wanted, params)
+            kept = selection.mask if self.code_rows is None else selection.mask[np.maximum(self.code_rows, 0)]
+            bits = np.packbits(kept, bitorder="little")
+            params.sel = faiss.IDSelectorBitmap(len(kept), faiss.swig_ptr(bits))  # bits outlive the search
+        scores, rows = faiss_search(self.scan, xq, wanted, params)
+        if self.code_rows is not None:
+            rows = np.where(rows >= 0, self.code_rows[np.maximum(rows, 0)], -1)
+        return scores, rows
 
 
 def rescore_kept(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

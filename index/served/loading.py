@@ -42,7 +42,8 @@ def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> tuple[fa
     if not hnsw_engine.is_hnsw(manifest["first_stage"]):
         return None, None
     nodes = None
-    if manifest["first_stage"].get("node_rows"):  # folds added rows to the graph and dropped some
+    # nodes are not rows: a fold dropped some, or a build added its held-out rows last
+    if manifest["first_stage"].get("node_rows"):
         nodes = load_array(directory / hnsw_engine.NODE_ROWS, "int64", (int(manifest["first_stage"]["nodes"]),))
     try:
         hnsw_engine.HNSWConfig.from_dict(manifest["first_stage"])

@@ -14,7 +14,7 @@ Pure functions of the manifest's ``first_stage`` entry, the request's breadth an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from densehybrid.index.search.params import BREADTH, SEARCH_FIELDS, SearchParams
 
@@ -29,22 +29,32 @@ class RecallUnavailable(ValueError):
 
 @dataclass(frozen=True)
 class Point:
-    """One breadth's measurement over the calibration queries."""
+    """One breadth's measurement over the calibration queries. With several groups of queries (from the corpus,
+    from another domain) ``recall`` and ``exact_share`` are the lowest group's, and ``groups`` holds each
+    group's (name -> (recall, exact_share)): a breadth keeps a target only if every group keeps it."""
 
     breadth: float  # ef_search, nprobe (whole numbers) or a pqscan margin
     recall: float  # mean recall@10
     exact_share: float  # share of queries whose top 10 is the exact one entire
     p50_ms: float
     p99_ms: float
+    groups: dict[str, tuple[float, float]] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
-        return {"breadth": self.breadth, "recall_at_10": round(self.recall, 4), "exact_top10": round(self.exact_share, 4),
-                "p50_ms": round(self.p50_ms, 3), "p99_ms": round(self.p99_ms, 3)}
+        point = {"breadth": self.breadth, "recall_at_10": round(self.recall, 4),
+                 "exact_top10": round(self.exact_share, 4), "p50_ms": round(self.p50_ms, 3),
+                 "p99_ms": round(self.p99_ms, 3)}
+        if self.groups:
+            point["groups"] = {name: {"recall_at_10": round(r, 4), "exact_top10": round(e, 4)}
+                               for name, (r, e) in self.groups.items()}
+        return point
 
     @classmethod
     def from_dict(cls, record: dict) -> "Point":
+        groups = {name: (float(g["recall_at_10"]), float(g["exact_top10"]))
+                  for name, g in record.get("groups", {}).items()} or None
         return cls(record["breadth"], float(record["recall_at_10"]), float(record["exact_top10"]),
-                   float(record["p50_ms"]), float(record["p99_ms"]))
+                   float(record["p50_ms"]), float(record["p99_ms"]), groups)
 
 
 @dataclass(frozen=True)

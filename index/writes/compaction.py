@@ -33,7 +33,7 @@ from densehybrid.index import errors
 from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
 
-from densehybrid.index.building import ann, ivf, pqscan, shards
+from densehybrid.index.building import ann, calibration, ivf, pqscan, shards
 from densehybrid.index.building.first_stage import write_checked_vectors, write_first_stage
 from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine, pqscan_engine
 from densehybrid.index.served.local import IndexFiles
@@ -74,33 +74,35 @@ def _kept_ids(doc_ids: DocIds, runs: list[tuple[int, int]], added: list[str]) ->
     return np.concatenate([doc_ids.keys[start:stop] for start, stop in runs] + [encode_ids(added)])
 
 
-def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
+def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> tuple[dict, bool]:
     """The base's graph with the written rows added, its dropped rows dead nodes (or built anew, as the
-    base's was: ``ann.fold_ann``) -> the manifest's ``first_stage`` record."""
+    base's was: ``ann.fold_ann``) -> (the manifest's ``first_stage`` record, whether it was built anew)."""
     new_row_of = np.full(base.count, -1, np.int64)
     new_row_of[keep] = np.arange(len(keep))
     base_nodes = np.arange(base.ann.ntotal) if base.ann_rows is None else np.asarray(base.ann_rows)
     _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
-    return ann.fold_ann(values, staged, base.path, ann.folded_nodes(base_nodes, new_row_of, count), len(keep),
-                        hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]))
+    nodes = ann.folded_nodes(base_nodes, new_row_of, count)
+    config = hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"])
+    rebuilt = ann.must_rebuild(nodes, values[len(keep):], config)
+    return ann.fold_ann(values, staged, base.path, nodes, len(keep), config), rebuilt
 
 
-def _folded_lists(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
+def _folded_lists(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> tuple[dict, bool]:
     """The base's inverted lists without its dropped rows, the kept ones renumbered and the written rows
-    added (or trained anew: ``ivf.fold_ivf``) -> the manifest's ``first_stage`` record."""
+    added (or trained anew: ``ivf.fold_ivf``) -> (the manifest's ``first_stage`` record, whether trained anew)."""
     new_row_of = np.full(base.count, -1, np.int64)
     new_row_of[keep] = np.arange(len(keep))
     _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
-    return ivf.fold_ivf(values, staged, base.path, new_row_of, len(keep),
-                        ivf_engine.IVFConfig.from_dict(base.manifest["first_stage"]))
+    config = ivf_engine.IVFConfig.from_dict(base.manifest["first_stage"])
+    return ivf.fold_ivf(values, staged, base.path, new_row_of, len(keep), config), ivf.must_retrain(count, config)
 
 
-def _folded_codes(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> dict:
+def _folded_codes(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> tuple[dict, bool]:
     """The base's product codes of the kept rows with the written rows encoded after them (or trained anew:
-    ``pqscan.fold_pqscan``) -> the manifest's ``first_stage`` record."""
+    ``pqscan.fold_pqscan``) -> (the manifest's ``first_stage`` record, whether trained anew)."""
     _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
-    return pqscan.fold_pqscan(values, staged, base.path, keep, len(keep),
-                              pqscan_engine.PQScanConfig.from_dict(base.manifest["first_stage"]))
+    config = pqscan_engine.PQScanConfig.from_dict(base.manifest["first_stage"])
+    return pqscan.fold_pqscan(values, staged, base.path, keep, len(keep), config), pqscan.must_retrain(count, config)
 
 
 def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer | None = None) -> Path:
@@ -129,14 +131,16 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer 
                                               dim=spec.dim, values_dtype=values_dtype)}
     first_stage = write_first_stage(staged, count=count, dim=spec.dim, values_dtype=values_dtype,
                                     pq=_pq_config(base.manifest["first_stage"]))
+    rebuilt = False
     if hnsw_engine.is_hnsw(base.manifest["first_stage"]):
-        first_stage = _folded_graph(base, staged, keep, count)
+        first_stage, rebuilt = _folded_graph(base, staged, keep, count)
     if ivf_engine.is_ivf(base.manifest["first_stage"]):
-        first_stage = _folded_lists(base, staged, keep, count)
+        first_stage, rebuilt = _folded_lists(base, staged, keep, count)
     if pqscan_engine.is_pqscan(base.manifest["first_stage"]):
-        first_stage = _folded_codes(base, staged, keep, count)
-    if "calibration" in base.manifest["first_stage"]:  # measured at build; the default breadth a fold keeps too
-        first_stage["calibration"] = base.manifest["first_stage"]["calibration"]
+        first_stage, rebuilt = _folded_codes(base, staged, keep, count)
+    if "calibration" in base.manifest["first_stage"]:  # measured at build (stale once the first stage moved on)
+        first_stage["calibration"] = calibration.after_fold(base.manifest["first_stage"]["calibration"],
+                                                            len(written), len(dropped), rebuilt)
     if spec.gated_dim:
         shards.write_rows(staged / files.GATES, pace(_blocks(base.gates, runs, gates)), (count, spec.gated_dim),
                           np.uint8)
