@@ -20,7 +20,8 @@ from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.served.loading import load_index
-from densehybrid.index.served.stated_recall import recall_at, recall_at_k
+from densehybrid.index.search.recall import recall_at_k
+from densehybrid.index.served.stated_recall import recall_at
 from densehybrid.index.storage.vectors import VECTORS, write_vectors
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta
