@@ -157,6 +157,19 @@ CHECKED_ROWS = 1024
 NEIGHBOURS = 64
 
 
+def settled(xq: np.ndarray, values: np.ndarray, selection: Selection, found: tuple[np.ndarray, np.ndarray],
+            aside: np.ndarray, flat: faiss.Index | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """An approximate filtered search's answer ``found`` (scores, rows (Q, depth)) made sure of: the queries
+    ``aside`` (Q,), whose kept rows lie away from where the search went, scanned exactly over the kept rows;
+    the others :func:`checked`."""
+    scores, rows = found
+    if aside.any():
+        scores[aside], rows[aside] = kept_exactly(xq[aside], values, selection, rows.shape[1], flat)
+    if (~aside).any():
+        scores[~aside], rows[~aside] = checked(xq[~aside], values, selection, (scores[~aside], rows[~aside]), flat)
+    return scores, rows
+
+
 def checked(xq: np.ndarray, values: np.ndarray, selection: Selection, found: tuple[np.ndarray, np.ndarray],
             flat: faiss.Index | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """An approximate filtered search's answer ``found`` (scores, rows (Q, depth), -1: none), with each query's
@@ -216,13 +229,8 @@ class HnswStore(HostRows, VectorStore):
         scores, rows = rescore(xq, self.values, self._rows(nodes), depth)
         if selection is None:
             return scores, rows
-        aside = self._aside(xq, selection)
-        if aside.any():  # the filter keeps the query's neighbours less than the rest: its best rows lie elsewhere
-            scores[aside], rows[aside] = kept_exactly(xq[aside], self.values, selection, depth, self.flat)
-        if (~aside).any():
-            scores[~aside], rows[~aside] = checked(xq[~aside], self.values, selection,
-                                                   (scores[~aside], rows[~aside]), self.flat)
-        return scores, rows
+        # a filter keeping the query's neighbours less than the rest has its best rows elsewhere
+        return settled(xq, self.values, selection, (scores, rows), self._aside(xq, selection), self.flat)
 
     def _rows(self, nodes: np.ndarray) -> np.ndarray:
         return nodes if self.node_rows is None else np.where(nodes >= 0, self.node_rows[np.maximum(nodes, 0)], -1)

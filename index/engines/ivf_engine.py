@@ -24,7 +24,7 @@ import numpy as np
 
 from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
-from densehybrid.index.engines.hnsw_engine import ENCODINGS, checked, kept_exactly, rescore, searched_exactly
+from densehybrid.index.engines.hnsw_engine import ENCODINGS, kept_exactly, rescore, searched_exactly, settled
 from densehybrid.index.engines.host import HostRows
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
@@ -146,13 +146,8 @@ class IvfStore(HostRows, VectorStore):
         scores, rows = rescore(xq, self.values, rows, depth)
         if selection is None:
             return scores, rows
-        aside = self._aside(xq, probes, selection)
-        if aside.any():  # the filter keeps the query's lists less than the rest: its best rows lie elsewhere
-            scores[aside], rows[aside] = kept_exactly(xq[aside], self.values, selection, depth, self.flat)
-        if (~aside).any():
-            scores[~aside], rows[~aside] = checked(xq[~aside], self.values, selection,
-                                                   (scores[~aside], rows[~aside]), self.flat)
-        return scores, rows
+        # a filter keeping the query's lists less than the rest has its best rows elsewhere
+        return settled(xq, self.values, selection, (scores, rows), self._aside(xq, probes, selection), self.flat)
 
     def _aside(self, xq: np.ndarray, probes: int, selection: Selection) -> np.ndarray:
         """(Q,) whether the rows of a query's ``probes`` nearest lists are kept less than ``AVOIDED`` times as
