@@ -100,8 +100,9 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
 
     encoder = FakeEncoder("dhr")
     index_dir = small_index(encoder, tmp_path)
-    app = create_app(ServiceSettings(index=index_dir, api_key="k", log_json=False), encoder=encoder,
-                     index=load_index(index_dir))
+    # every search's recall is measured (1 % by default), so that the live recall panels have data
+    app = create_app(ServiceSettings(index=index_dir, api_key="k", log_json=False, recall_sample_rate=1.0),
+                     encoder=encoder, index=load_index(index_dir))
     with LiveServer(app) as replica:
         target = replica.url.removeprefix("http://")
         prom_port = free_port()
@@ -133,7 +134,7 @@ def test_prometheus_scrapes_and_every_panel_has_data(tmp_path):
 
             rules = httpx.get(prom + "/api/v1/rules", timeout=10).json()["data"]["groups"]
             evaluated = [r for g in rules for r in g["rules"]]
-            assert len(evaluated) == 11 and all(r["health"] == "ok" for r in evaluated), evaluated
+            assert len(evaluated) == 13 and all(r["health"] == "ok" for r in evaluated), evaluated
             firing = {r["name"] for r in evaluated if r["state"] != "inactive"}
             assert not firing & {"DensehybridReplicaDown", "DensehybridNoReplicas", "DensehybridEmptyIndex"}, firing
         finally:
