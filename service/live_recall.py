@@ -113,7 +113,8 @@ class LiveRecall:
             try:
                 self._queue.put_nowait(_Sample(queries[int(q):int(q) + 1], params))
             except queue.Full:
-                self.dropped += 1
+                with self._lock:  # offers come from every search thread
+                    self.dropped += 1
                 self._count("dropped")
 
     def _run(self) -> None:
