@@ -1,0 +1,110 @@
+"""The evaluation sets built from Debian's reference text (cli/held_out_sets.py, cli/man_pages.py), on
+small files written here in the sources' formats."""
+
+import gzip
+import json
+
+from densehybrid.cli import held_out_sets, man_pages
+
+PAGE = r""".\" a comment that is no text
+.TH CP 1
+.SH NAME
+cp \- copy files and directories
+.SH SYNOPSIS
+.B cp
+[\fIOPTION\fR]... SOURCE DEST
+.SH DESCRIPTION
+Copy SOURCE to DEST.
+.TP
+.BR \-\-preserve\-links ", " \-a
+keep the links\(emas they were.
+.SH SEE ALSO
+.BR mv (1)
+"""
+
+
+def test_a_roff_page_reads_as_its_name_summary_and_plain_sections(tmp_path):
+    path = tmp_path / "cp.1.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write(PAGE)
+    page = man_pages.read_page(path)
+    assert page.names == ("cp",) and page.summary == "copy files and directories"
+    assert page.sections["DESCRIPTION"] == "Copy SOURCE to DEST. --preserve-links, -a keep the links-as they were."
+    assert page.sections["SYNOPSIS"] == "cp [OPTION]... SOURCE DEST"
+    assert list(page.sections) == ["NAME", "SYNOPSIS", "DESCRIPTION", "SEE ALSO"]
+
+
+def test_a_page_that_points_at_another_has_no_text(tmp_path):
+    path = tmp_path / "alias.1"
+    path.write_text(".so man1/cp.1\n")
+    assert man_pages.read_page(path) is None
+
+
+def test_long_options_are_found_whole():
+    text = "use --preserve-links or --no-clobber, not -x or --all or a--b-c"
+    assert held_out_sets.OPTION.findall(text) == ["--preserve-links", "--no-clobber"]
+
+
+def test_dictd_offsets_are_base_64_most_significant_first():
+    assert held_out_sets.dictd_offset("A") == 0 and held_out_sets.dictd_offset("/") == 63
+    assert held_out_sets.dictd_offset("BA") == 64 and held_out_sets.dictd_offset("Gb9L") == ((6 * 64 + 27) * 64 + 61) * 64 + 11
+
+
+def test_foldoc_entries_are_read_where_the_index_places_them(tmp_path):
+    entries = [("ADT", "abstract data type\nADT\n\n   <programming> (ADT) A kind of {data abstraction} where a type's "
+                "form is hidden (https://example.org/x).\n\n   (2003-07-03)\n\n"),
+               ("COTS", "COTS\n\n   <software> commercial off-the-shelf software sold in volume.\n\n")]
+    data, index, offset = b"", [], 0
+    for heading, entry in entries:
+        raw = entry.encode()
+        index.append(f"{heading}\t{_b64(offset)}\t{_b64(len(raw))}")
+        data, offset = data + raw, offset + len(raw)
+    with gzip.open(tmp_path / "foldoc.dict.dz", "wb") as f:
+        f.write(data)
+    (tmp_path / "foldoc.index").write_text("\n".join(index) + "\n")
+    got = held_out_sets.foldoc_entries(tmp_path / "foldoc.dict.dz")
+    # a URL goes with whatever follows it up to the next space (here its closing bracket and full stop)
+    assert got == [("abstract data type", "(ADT) A kind of data abstraction where a type's form is hidden"),
+                   ("COTS", "commercial off-the-shelf software sold in volume.")]
+
+
+def _b64(value):
+    digits = ""
+    while True:
+        digits = held_out_sets.DICTD_DIGITS[value % 64] + digits
+        value //= 64
+        if not value:
+            return digits
+
+
+def test_pairs_whose_query_or_passage_repeats_are_dropped():
+    pairs = [("a", "What is X?", "p1"), ("b", "what is x?", "p2"), ("c", "Q3", "p3"), ("d", "Q4", "p3"),
+             ("e", "Q5", "p5")]
+    assert held_out_sets.unique(pairs) == [("e", "Q5", "p5")]
+
+
+def test_wordnet_instances_become_questions_about_them(tmp_path):
+    lines = ["  1 this is the licence header",
+             "00060548 04 n 02 Hegira 1 Hejira 1 001 @i 00058743 n 0000 | the flight of Muhammad from Mecca to "
+             "Medina in 622; \"an example\"  ",
+             "10000001 18 n 01 Ada_Lovelace 0 001 @i 00007846 n 0000 | English mathematician who wrote the first "
+             "published program  ",
+             "10000002 15 n 01 Paris 0 001 @i 00007847 n 0000 | the capital and largest city of France  ",
+             "10000003 03 n 01 cat 0 001 @ 00007848 n 0000 | a small domesticated feline animal kept as a pet  "]
+    (tmp_path / "data.noun").write_text("\n".join(lines) + "\n")
+    got = held_out_sets.entity_pairs(tmp_path / "data.noun")
+    assert got == [("wn00060548", "What is Hegira?", "the flight of Muhammad from Mecca to Medina in 622"),
+                   ("wn10000001", "Who is Ada Lovelace?", "English mathematician who wrote the first published program"),
+                   ("wn10000002", "Where is Paris?", "the capital and largest city of France")]
+
+
+def test_a_set_is_written_in_beir_columns(tmp_path):
+    pairs = [(f"id{i}", f"query {i}", f"passage number {i}") for i in range(10)]
+    held_out_sets.write_pairs(tmp_path, pairs, 6, 3, 0)
+    corpus = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    queries = [json.loads(line) for line in (tmp_path / "queries.jsonl").read_text().splitlines()]
+    qrels = (tmp_path / "qrels.tsv").read_text().splitlines()
+    assert len(corpus) == 6 and len(queries) == 3 and qrels[0] == "query-id\tcorpus-id\tscore"
+    ids = {c["_id"] for c in corpus}
+    assert all(line.split("\t")[1] in ids for line in qrels[1:])
+    assert set(held_out_sets.digests(tmp_path)) == {"corpus.jsonl", "queries.jsonl", "qrels.tsv"}
