@@ -1,5 +1,5 @@
-"""``--fusion auto``: the mix a fused index chooses from its corpus (index/building/mix_choice.py,
-fusion_auto.py), its manifest and /info record, its use by searches, and its survival of a fold."""
+"""``--fusion auto``: the mix a fused index chooses from its corpus (index/building/fusion_choice.py,
+pseudo_queries.py), its manifest and /info record, its use by searches, and its survival of a fold."""
 
 import json
 import random
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from densehybrid.bench.servers.start import LiveServer
-from densehybrid.index.building import fusion_auto, mix_choice
+from densehybrid.bench.quality import earlier_rules
+from densehybrid.index.building import fusion_choice, pseudo_queries
 from densehybrid.index.building.build import BuildOptions, build_from_arrays, build_index
 from densehybrid.index.search import fusion
 from densehybrid.index.search.params import SearchParams
@@ -48,7 +49,7 @@ def brute_gain(row, source, valid):
 def test_candidates_are_the_union_of_each_parts_top_depth():
     rng = np.random.default_rng(0)
     lexical, dense = rng.normal(size=(6, 50)), rng.normal(size=(6, 50))
-    got = mix_choice.candidates(lexical, dense, 7)
+    got = fusion_choice.candidates(lexical, dense, 7)
     for q in range(6):
         expected = set(np.argsort(-lexical[q])[:7]) | set(np.argsort(-dense[q])[:7])
         assert set(np.flatnonzero(got[q])) == expected
@@ -59,109 +60,99 @@ def test_source_gain_against_plain_python_with_ties_and_non_candidates():
     fused = rng.integers(0, 5, (30, 40)).astype(np.float64)  # many ties
     valid = rng.random((30, 40)) < 0.8
     source = rng.integers(0, 40, 30)
-    got = mix_choice.source_gain(fused, source, valid)
+    got = fusion_choice.source_gain(fused, source, valid)
     expected = [brute_gain(fused[q], source[q], valid[q]) for q in range(30)]
     np.testing.assert_allclose(got, expected)
 
 
 def test_choose_weight_keeps_the_prior_when_the_weights_tie_and_follows_a_clear_winner():
-    weights = mix_choice.WEIGHTS
-    assert mix_choice.choose_weight(np.ones((len(weights), 20))) == 0.5
+    weights = fusion_choice.WEIGHTS
+    assert earlier_rules.within_one_error(np.ones((len(weights), 20))) == 0.5
     gains = np.zeros((len(weights), 50))
     gains[-1] = 1.0  # only dense alone ever finds the source
-    assert mix_choice.choose_weight(gains) == 1.0
+    assert earlier_rules.within_one_error(gains) == 1.0
 
 
 def test_choose_weight_takes_the_weight_nearest_the_prior_within_one_standard_error():
     rng = np.random.default_rng(2)
-    gains = rng.random((len(mix_choice.WEIGHTS), 40))
+    gains = rng.random((len(fusion_choice.WEIGHTS), 40))
     means = gains.mean(axis=1)
     best = int(np.argmax(means))
     diff = gains[best] - gains
     stderr = diff.std(axis=1, ddof=1) / np.sqrt(40)
     near = [i for i in range(len(means)) if diff[i].mean() <= stderr[i] + 1e-12]
-    expected = min(near, key=lambda i: (abs(mix_choice.WEIGHTS[i] - 0.5), -means[i]))
-    assert mix_choice.choose_weight(gains) == mix_choice.WEIGHTS[expected]
+    expected = min(near, key=lambda i: (abs(fusion_choice.WEIGHTS[i] - 0.5), -means[i]))
+    assert earlier_rules.within_one_error(gains) == fusion_choice.WEIGHTS[expected]
 
 
 def test_a_much_weaker_lexical_part_makes_the_choice_lean_dense():
     rng = np.random.default_rng(3)
     lexical, dense, source = parts_with_signal(rng, 200, 400, np.full(200, 0.5), np.full(200, 3.5))
-    gains = mix_choice.weight_gains(lexical, dense, source, 100)
-    assert mix_choice.choose_weight(gains) >= 0.7
+    gains = fusion_choice.weight_gains(lexical, dense, source, 100)
+    assert earlier_rules.within_one_error(gains) >= 0.7
     # and the mirror image leans lexical
-    gains = mix_choice.weight_gains(dense * 800, lexical / 800, source, 100)
-    assert mix_choice.choose_weight(gains) <= 0.3
+    gains = fusion_choice.weight_gains(dense * 800, lexical / 800, source, 100)
+    assert earlier_rules.within_one_error(gains) <= 0.3
 
 
 @pytest.mark.parametrize("seed", [3, 7, 11])
-def test_a_useless_part_leaves_nearly_all_the_weight_to_the_other(seed):
+def test_a_useless_part_leaves_nearly_all_the_weight_to_the_other_under_the_earlier_rule(seed):
     rng = np.random.default_rng(seed)
     lexical, dense, source = parts_with_signal(rng, 200, 400, np.zeros(200), np.full(200, 3.5))
-    gains = mix_choice.weight_gains(lexical, dense, source, 100)
-    weight, bounds = mix_choice.bounded_choice(gains)
-    assert bounds == (0.0, 1.0) and weight >= 0.9
-    gains = mix_choice.weight_gains(dense * 800, lexical / 800, source, 100)
-    weight, bounds = mix_choice.bounded_choice(gains)
-    assert bounds == (0.0, 1.0) and weight <= 0.1
+    gains = fusion_choice.weight_gains(lexical, dense, source, 100)
+    assert earlier_rules.one_part_fails(gains) and earlier_rules.paraphrases_alone(gains) >= 0.9
+    gains = fusion_choice.weight_gains(dense * 800, lexical / 800, source, 100)
+    assert earlier_rules.one_part_fails(gains) and earlier_rules.paraphrases_alone(gains) <= 0.1
 
 
-def test_bounds_hold_the_choice_unless_one_part_fails_the_pseudo_queries():
-    weights = mix_choice.WEIGHTS
+def test_the_earlier_rules_bounds_hold_unless_one_part_fails_the_pseudo_queries():
+    weights = fusion_choice.WEIGHTS
     gains = np.zeros((len(weights), 50))
     gains[-1], gains[0] = 1.0, 0.6  # only the pure parts find anything; lexical finds 60% of dense
-    assert not mix_choice.one_part_fails(gains)
-    assert mix_choice.bounded_choice(gains) == (mix_choice.BOUNDS[1], mix_choice.BOUNDS)
+    assert not earlier_rules.one_part_fails(gains)
+    assert earlier_rules.paraphrases_alone(gains) == earlier_rules.BOUNDS[1]
     gains[0] = 0.4  # under half of what dense alone finds: the bounds go
-    assert mix_choice.one_part_fails(gains)
-    assert mix_choice.bounded_choice(gains) == (1.0, (0.0, 1.0))
+    assert earlier_rules.one_part_fails(gains)
+    assert earlier_rules.paraphrases_alone(gains) == 1.0
     # and the rule starts from dense alone: a mix as good as dense alone within noise is not kept
     rng = np.random.default_rng(9)
-    flat = rng.random((len(mix_choice.WEIGHTS), 80))
+    flat = rng.random((len(weights), 80))
     flat[-4:] = flat[-1]  # 0.7 ... 1.0 tie
     flat[0] *= 0.2  # lexical alone fails
-    assert mix_choice.bounded_choice(flat) == (1.0, (0.0, 1.0))
-    assert mix_choice.choose_weight(flat) != 1.0  # from the equal mix the rule would stop short of it
-    assert mix_choice.choose_weight(np.flipud(gains), bounds=(0.3, 0.7)) == 0.3
-
-
-def test_one_part_fails_compares_the_parts_alone_by_hand():
-    rng = np.random.default_rng(8)
-    for _ in range(50):
-        gains = rng.random((len(mix_choice.WEIGHTS), 30)) * rng.random((len(mix_choice.WEIGHTS), 1))
-        lexical, dense = sum(gains[0]) / 30, sum(gains[-1]) / 30
-        assert mix_choice.one_part_fails(gains) == (min(lexical, dense) < 0.5 * max(lexical, dense))
+    assert earlier_rules.paraphrases_alone(flat) == 1.0
+    assert earlier_rules.within_one_error(flat) != 1.0  # from the equal mix the rule would stop short of it
+    assert earlier_rules.within_one_error(np.flipud(gains), bounds=(0.3, 0.7)) == 0.3
 
 
 def test_complementary_parts_keep_a_fusion_that_beats_either_part():
     rng = np.random.default_rng(4)
     half = np.arange(200) % 2 == 0  # each part knows the answer for its own half of the queries
     lexical, dense, source = parts_with_signal(rng, 200, 400, np.where(half, 3.5, 1.5), np.where(half, 1.5, 3.5))
-    gains = mix_choice.weight_gains(lexical, dense, source, 100)
-    chosen = mix_choice.choose_weight(gains)
+    gains = fusion_choice.weight_gains(lexical, dense, source, 100)
+    chosen = earlier_rules.within_one_error(gains)
     assert 0.3 <= chosen <= 0.7
-    at = mix_choice.WEIGHTS.index(chosen)
+    at = fusion_choice.WEIGHTS.index(chosen)
     assert gains[at].mean() > max(gains[0].mean(), gains[-1].mean())
 
 
 def test_the_choice_ignores_each_parts_scale():
     rng = np.random.default_rng(5)
     lexical, dense, source = parts_with_signal(rng, 100, 300, np.full(100, 1.0), np.full(100, 2.0))
-    first = mix_choice.weight_gains(lexical, dense, source, 60)
-    np.testing.assert_allclose(mix_choice.weight_gains(lexical * 1e3, dense * 1e-2, source, 60), first)
+    first = fusion_choice.weight_gains(lexical, dense, source, 60)
+    np.testing.assert_allclose(fusion_choice.weight_gains(lexical * 1e3, dense * 1e-2, source, 60), first)
 
 
 def test_a_pseudo_query_is_cut_out_of_its_answer():
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(30)]
-    kind, query, answer = fusion_auto.cut(Document("d", "", " ".join(words)), 8, rng)
+    kind, query, answer = pseudo_queries.cut(Document("d", "", " ".join(words)), 8, rng)
     assert kind == "window" and len(query.split()) == 8
     assert len(answer.split()) == 22
     start = words.index(query.split()[0])
     assert query.split() == words[start:start + 8] and answer.split() == words[:start] + words[start + 8:]
-    assert fusion_auto.cut(Document("t", "Ada Lovelace", " ".join(words)), 8, rng) == \
+    assert pseudo_queries.cut(Document("t", "Ada Lovelace", " ".join(words)), 8, rng) == \
         ("title", "Ada Lovelace", " ".join(words))
-    assert fusion_auto.cut(Document("s", "", "too short to cut"), 8, rng) is None
+    assert pseudo_queries.cut(Document("s", "", "too short to cut"), 8, rng) is None
 
 
 def brute_sentences(text):
@@ -178,7 +169,7 @@ def brute_sentences(text):
 @pytest.mark.parametrize("text", ["One two. Three four! Five six? Seven", "e.g. this stays whole. Next one.",
                                   "No end mark at all", "  Spaces.   Around.  ", "3.5 is a number. Yes."])
 def test_sentences_split_after_end_marks_that_a_space_follows(text):
-    assert fusion_auto.sentences(text) == brute_sentences(text)
+    assert pseudo_queries.sentences(text) == brute_sentences(text)
 
 
 def test_a_sentence_is_cut_out_of_its_passage_when_one_fits():
@@ -188,17 +179,17 @@ def test_a_sentence_is_cut_out_of_its_passage_when_one_fits():
     doc = Document("d", "", f"{first} {second} {third}")
     seen = set()
     for seed in range(20):
-        kind, query, answer = fusion_auto.cut(doc, 8, np.random.default_rng(seed))
+        kind, query, answer = pseudo_queries.cut(doc, 8, np.random.default_rng(seed))
         assert kind == "sentence" and query in (first, second)  # "Short." is under 5 words
         assert answer == " ".join(s for s in (first, second, third) if s != query)
         seen.add(query)
     assert seen == {first, second}
     # a sentence whose removal would leave fewer than ``window`` words is not cut: the window is
     words = " ".join(f"w{i}" for i in range(20))
-    kind, _, _ = fusion_auto.cut(Document("w", "", f"{words}. Tail."), 8, np.random.default_rng(0))
+    kind, _, _ = pseudo_queries.cut(Document("w", "", f"{words}. Tail."), 8, np.random.default_rng(0))
     assert kind == "window"
     # a title stays with the answer of a sentence cut (passages are encoded after their title)
-    kind, query, answer = fusion_auto.cut(Document("t", "Ada", doc.text), 8, np.random.default_rng(0))
+    kind, query, answer = pseudo_queries.cut(Document("t", "Ada", doc.text), 8, np.random.default_rng(0))
     assert kind == "sentence" and answer.startswith("Ada ") and query not in answer
 
 
@@ -223,18 +214,19 @@ def test_the_manifest_records_the_choice_and_its_statistics(auto_index):
     entry = index.manifest["fusion"]
     assert entry["method"] == "auto" and index.fusion_method == "auto"
     chosen = entry["auto"]
-    assert chosen["method"] == "zscore" and chosen["dense_weight"] in mix_choice.WEIGHTS
+    assert chosen["method"] == "zscore" and chosen["dense_weight"] in fusion_choice.WEIGHTS
     assert chosen["pseudo_queries"] == 200 and chosen["windows"] == 200 and chosen["pool"] == 240
     assert chosen["sentences"] == chosen["titles"] == 0  # the corpus has no titles and no end marks
-    assert len(chosen["pseudo_ndcg_at_10"]) == len(chosen["weights"]) == len(mix_choice.WEIGHTS)
-    assert len(chosen["keyword_ndcg_at_10"]) == len(chosen["worst_regret"]) == len(mix_choice.WEIGHTS)
-    # the worst regret is the larger of the two styles' shares lost, from the recorded curves
-    for curve in (chosen["pseudo_ndcg_at_10"], chosen["keyword_ndcg_at_10"]):
-        lost = [(max(curve) - g) / max(curve) if max(curve) > 0 else 0.0 for g in curve]
-        assert all(w >= x - 0.02 for w, x in zip(chosen["worst_regret"], lost))  # the curves are rounded
-    if chosen["bounds"] == list(mix_choice.BOUNDS):  # the hedge: no weight inside the bounds loses less at worst
-        inside = [r for w, r in zip(chosen["weights"], chosen["worst_regret"]) if 0.2 - 1e-9 <= w <= 0.8 + 1e-9]
-        assert chosen["worst_regret"][chosen["weights"].index(chosen["dense_weight"])] <= min(inside) + 2e-4
+    assert len(chosen["paraphrase_ndcg_at_10"]) == len(chosen["weights"]) == len(fusion_choice.WEIGHTS)
+    assert len(chosen["keyword_ndcg_at_10"]) == len(chosen["keyword_loss"]) == len(fusion_choice.WEIGHTS)
+    assert 0.0 <= chosen["confidence"] <= 1.0 and chosen["stronger_part"] in ("lexical", "dense")
+    # the choice is among the allowed weights, which keep the keyword queries' recorded loss within bounds
+    # (or are the one that loses least, or any weight when a part fails the paraphrases)
+    assert chosen["dense_weight"] in chosen["allowed"]
+    curve, loss = chosen["keyword_ndcg_at_10"], chosen["keyword_loss"]
+    np.testing.assert_allclose(loss, [(max(curve) - g) / max(curve) for g in curve], atol=2e-3)  # rounded
+    if "keyword queries keep" in chosen["rule"] and len(chosen["allowed"]) > 1:
+        assert all(loss[chosen["weights"].index(w)] <= fusion_choice.KEYWORD_LOSS + 1e-3 for w in chosen["allowed"])
     assert index.auto_mix == ("zscore", chosen["dense_weight"])
 
 
@@ -352,11 +344,11 @@ def test_real_models_choice_follows_the_useful_part(splade_tiny_dir, minilm_dir)
 
     docs = [Document(p["_id"], "", p["text"]) for p in stdlib_passages(600) if len(p["text"].split()) >= 40][:100]
     encoded = load().encode([d.text for d in docs], "passage")
-    config = fusion_auto.AutoFusionConfig(queries=60)
-    plain = fusion_auto.choose(load(), docs, encoded.values, encoded.gates, config)
-    gains = plain["pseudo_ndcg_at_10"]
+    config = fusion_choice.AutoFusionConfig(queries=60)
+    plain = fusion_choice.choose(load(), docs, encoded.values, encoded.gates, config)
+    gains = plain["paraphrase_ndcg_at_10"]
     assert plain["pseudo_queries"] == 60 and min(gains[0], gains[-1]) > 0.2
     assert gains[plain["weights"].index(plain["dense_weight"])] >= max(gains[0], gains[-1])
-    no_lexical = fusion_auto.choose(scramble_queries(load(), "lexical"), docs, encoded.values, encoded.gates, config)
-    no_dense = fusion_auto.choose(scramble_queries(load(), "dense"), docs, encoded.values, encoded.gates, config)
+    no_lexical = fusion_choice.choose(scramble_queries(load(), "lexical"), docs, encoded.values, encoded.gates, config)
+    no_dense = fusion_choice.choose(scramble_queries(load(), "dense"), docs, encoded.values, encoded.gates, config)
     assert no_lexical["dense_weight"] >= 0.8 and no_dense["dense_weight"] <= 0.2

@@ -1,13 +1,15 @@
-"""The auto mix over two styles of pseudo-query (index/building/mix_choice.py ``style_choice``,
-``hedged_weight``; fusion_auto's keyword windows), checked against plain-Python answers."""
+"""The mixes chosen over two styles of pseudo-query: the earlier rule the comparison keeps
+(benchmarks/quality/earlier_rules.py ``least_worst_regret``), the regret it is built on and the keyword
+windows (index/building/fusion_choice.py, pseudo_queries.py), checked against plain-Python answers."""
 
 import numpy as np
 import pytest
 
-from densehybrid.index.building import fusion_auto, mix_choice
+from densehybrid.bench.quality import earlier_rules
+from densehybrid.index.building import fusion_choice, pseudo_queries
 from densehybrid.index.storage.documents import Document
 
-WEIGHTS = mix_choice.WEIGHTS
+WEIGHTS = fusion_choice.WEIGHTS
 
 
 def brute_regret(gains):
@@ -34,54 +36,32 @@ def style(rng, peak, q=60, width=0.3):
 def test_relative_regret_against_plain_python():
     rng = np.random.default_rng(0)
     gains = rng.random((len(WEIGHTS), 25))
-    np.testing.assert_allclose(mix_choice.relative_regret(gains), brute_regret(gains.tolist()))
-    assert mix_choice.relative_regret(np.zeros((len(WEIGHTS), 5))).tolist() == [0.0] * len(WEIGHTS)
+    np.testing.assert_allclose(fusion_choice.relative_regret(gains), brute_regret(gains.tolist()))
+    assert fusion_choice.relative_regret(np.zeros((len(WEIGHTS), 5))).tolist() == [0.0] * len(WEIGHTS)
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_hedged_weight_against_plain_python(seed):
+def test_least_worst_regret_against_plain_python(seed):
     rng = np.random.default_rng(seed)
-    styles = (style(rng, rng.uniform(0, 1)), style(rng, rng.uniform(0, 1)))
-    for low, high in ((0.0, 1.0), mix_choice.BOUNDS, (0.4, 0.6)):
-        assert mix_choice.hedged_weight(styles, bounds=(low, high)) == brute_hedged([s.tolist() for s in styles], low, high)
+    paraphrase, keyword = style(rng, rng.uniform(0.3, 0.7), width=1.0), style(rng, rng.uniform(0, 1))
+    assert not earlier_rules.one_part_fails(paraphrase)  # the hedge, not its fallback (tested below)
+    expected = brute_hedged([paraphrase.tolist(), keyword.tolist()], *earlier_rules.BOUNDS)
+    assert earlier_rules.least_worst_regret(paraphrase, keyword) == expected
 
 
-def test_ties_go_to_the_weight_nearest_the_prior():
+def test_the_earlier_hedge_breaks_ties_towards_the_equal_mix():
     flat = np.ones((len(WEIGHTS), 10))
-    assert mix_choice.hedged_weight((flat, flat)) == 0.5
-    assert mix_choice.hedged_weight((flat, flat), prior=0.7) == 0.7
-    # quantised curves: several weights share the least worst regret
+    assert earlier_rules.least_worst_regret(flat, flat) == 0.5
     steps = np.repeat(np.array([0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 1.0, 1.0, 0.8, 0.6, 0.4])[:, None], 4, axis=1)
-    assert mix_choice.hedged_weight((steps, steps)) == 0.5
-    assert mix_choice.hedged_weight((steps, steps), prior=0.1) == 0.4
-
-
-def test_opposite_styles_meet_between_their_peaks_and_one_flat_style_lets_the_other_decide():
-    rng = np.random.default_rng(3)
-    keyword, paraphrase = style(rng, 0.0, q=400), style(rng, 1.0, q=400)
-    chosen = mix_choice.hedged_weight((paraphrase, keyword), bounds=(0.0, 1.0))
-    assert 0.3 <= chosen <= 0.7
-    # neither style alone would have chosen it, and it loses less than either style's own best at worst
-    worst = np.max([mix_choice.relative_regret(g) for g in (paraphrase, keyword)], axis=0)
-    own_bests = [int(np.argmax(g.mean(axis=1))) for g in (paraphrase, keyword)]
-    assert all(worst[WEIGHTS.index(chosen)] < worst[i] for i in own_bests)
-    flat = np.full((len(WEIGHTS), 50), 0.3)
-    assert mix_choice.hedged_weight((flat, style(rng, 0.7, q=400)), bounds=(0.0, 1.0)) == 0.7
+    assert earlier_rules.least_worst_regret(steps, steps) == 0.5
 
 
 def test_a_part_that_fails_the_paraphrases_is_dropped_whatever_the_keywords_say():
     rng = np.random.default_rng(4)
     paraphrase = style(rng, 1.0, q=200, width=0.2)  # lexical alone finds almost nothing
-    assert mix_choice.one_part_fails(paraphrase)
+    assert earlier_rules.one_part_fails(paraphrase)
     keyword = style(rng, 0.0, q=200)  # the keyword windows would pull towards lexical
-    weight, bounds, rule = mix_choice.style_choice(paraphrase, keyword)
-    assert (weight, bounds) == mix_choice.bounded_choice(paraphrase) and bounds == (0.0, 1.0) and "fails" in rule
-    # parts of some use: the hedge, within the bounds
-    paraphrase, keyword = style(rng, 0.7, q=200, width=1.0), style(rng, 0.3, q=200, width=1.0)
-    assert not mix_choice.one_part_fails(paraphrase)
-    weight, bounds, rule = mix_choice.style_choice(paraphrase, keyword)
-    assert bounds == mix_choice.BOUNDS and weight == mix_choice.hedged_weight((paraphrase, keyword))
-    assert "regret" in rule
+    assert earlier_rules.least_worst_regret(paraphrase, keyword) == earlier_rules.paraphrases_alone(paraphrase)
 
 
 def test_a_keyword_query_is_a_window_of_the_passages_first_words():
@@ -89,8 +69,8 @@ def test_a_keyword_query_is_a_window_of_the_passages_first_words():
     doc = Document("d", "Title Words", " ".join(words))
     every = ["Title", "Words"] + words
     for seed in range(30):
-        query = fusion_auto.keyword_query(doc, 8, 40, np.random.default_rng(seed)).split()
+        query = pseudo_queries.keyword_query(doc, 8, 40, np.random.default_rng(seed)).split()
         start = every.index(query[0])
         assert len(query) == 8 and query == every[start:start + 8] and start + 8 <= 40
     short = Document("s", "", "only five words are here")
-    assert fusion_auto.keyword_query(short, 8, 40, np.random.default_rng(0)) == "only five words are here"
+    assert pseudo_queries.keyword_query(short, 8, 40, np.random.default_rng(0)) == "only five words are here"

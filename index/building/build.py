@@ -24,7 +24,7 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.encoder.prompts import Prompts
 from densehybrid.index.storage import documents, durable, files
 from densehybrid.index.search import fusion
-from densehybrid.index.building import (calibrate, calibration, calibration_queries, fusion_auto, lambda_auto,
+from densehybrid.index.building import (calibrate, calibration, calibration_queries, fusion_choice, lambda_auto,
                                          shards)
 from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
 from densehybrid.index.storage.documents import Document
@@ -53,7 +53,7 @@ class BuildOptions:
     target_recall: float | None = calibration.DEFAULT_TARGET
     calibration_queries: Path | None = None
     # how searches mix the lexical and dense parts of dhr/fusion by default (index.fusion);
-    # "auto": chosen from the corpus at the end of the build (index.building.fusion_auto)
+    # "auto": chosen from the corpus at the end of the build (index.building.fusion_choice)
     fusion_method: str = "lambda"
     # put before each passage (and recorded, so that queries get the query prompt at search time)
     prompts: Prompts = Prompts()
@@ -166,7 +166,7 @@ def _auto_fusion(encoder: Encoder, staged: Path, options: BuildOptions, fusion_i
         return fusion_info
     values, gates = _staged_rows(encoder, staged, options)
     docs = list(documents.DocTable(staged / documents.DOCS).iter_rows())
-    chosen = fusion_auto.choose(encoder, docs, values, gates, query_prompt=options.prompts.for_role("query"),
+    chosen = fusion_choice.choose(encoder, docs, values, gates, query_prompt=options.prompts.for_role("query"),
                                 passage_prompt=options.prompts.for_role("passage"))
     return {"fusion": {**fusion_info["fusion"], "auto": chosen}}
 

@@ -26,7 +26,7 @@ import numpy as np
 from densehybrid.encoder.base import Encoder
 from densehybrid.index.building import other_domain
 from densehybrid.index.building.calibration import exact_search
-from densehybrid.index.building.fusion_auto import sentences
+from densehybrid.index.building.pseudo_queries import sentences
 from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.storage.documents import DOCS, DocTable, Document
 

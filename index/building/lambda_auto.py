@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from densehybrid.encoder.base import SCALED_KINDS, Encoder
-from densehybrid.index.search import fusion, gip
+from densehybrid.index.building.fusion_choice import part_scores
+from densehybrid.index.building.pseudo_queries import pseudo_query
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +41,6 @@ class AutoLambdaConfig:
     queries: int = 200
     window: int = 8
     seed: int = 0
-
-
-def pseudo_query(text: str, window: int, rng: np.random.Generator) -> str:
-    """A window of ``window`` consecutive words at a seeded position (the whole text if shorter)."""
-    words = text.split()
-    if len(words) <= window:
-        return " ".join(words)
-    start = int(rng.integers(0, len(words) - window + 1))
-    return " ".join(words[start:start + window])
-
-
-def part_scores(xq: np.ndarray, gq: np.ndarray, values: np.ndarray, gates: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Lexical and dense scores (Q, P) of queries against index ``rows`` (P,), unscaled."""
-    pool = np.ascontiguousarray(np.broadcast_to(rows, (xq.shape[0], rows.shape[0])))
-    lexical_q, dense_q = fusion.split_query(xq, gates.shape[1])
-    return gip.score_rows(lexical_q, gq, values, gates, pool), gip.score_rows(dense_q, gq, values, gates, pool)
 
 
 def margin_ratio(lexical: np.ndarray, dense: np.ndarray, source: np.ndarray) -> tuple[float, int]:

@@ -17,7 +17,7 @@ by one part alone (for comparisons); ``lambda`` is the raw sum.
 (no labels): a part whose best candidates stand clear of the rest of its head is trusted
 more than one whose head is flat (:func:`head_confidence`, :func:`adaptive_weight`).
 
-``auto`` is the mix the index chose from its own corpus at build (``index.building.fusion_auto``):
+``auto`` is the mix the index chose from its own corpus at build (``index.building.fusion_choice``):
 ``zscore`` with the dense weight recorded in the manifest. The searcher resolves it before mixing.
 
 ``rrf`` (reciprocal-rank fusion) uses only each part's order over the same candidates:

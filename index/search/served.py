@@ -75,7 +75,7 @@ class ManifestView:
     @property
     def auto_mix(self) -> tuple[str, float]:
         """(method, dense weight) that ``auto`` searches with: the mix chosen from the corpus at build
-        (``index.building.fusion_auto``); an index that made no such choice: ``zscore`` at its dense weight."""
+        (``index.building.fusion_choice``); an index that made no such choice: ``zscore`` at its dense weight."""
         chosen = self.manifest.get("fusion", {}).get("auto") or {}
         return str(chosen.get("method", "zscore")), float(chosen.get("dense_weight", self.dense_weight))
 
