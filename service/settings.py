@@ -116,7 +116,7 @@ class ServiceSettings(BaseSettings):
     max_ef_search: int = Field(2048, ge=1, le=10000, description="largest ef_search (graph breadth) a search of an "
                                "hnsw first stage may ask for")
     max_nprobe: int = Field(1024, ge=1, le=65536, description="largest nprobe (inverted lists scanned) a search of "
-                            "an ivf first stage may ask for")
+                            "a Milvus IVF collection may ask for")
     max_rescore: int = Field(5000, ge=1, le=10000, description="largest rescore (candidates scored again exactly) a "
                              "search of a pqscan first stage may ask for")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")

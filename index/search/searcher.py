@@ -66,7 +66,8 @@ class Searcher:
 
     @property
     def first_stage(self) -> str:
-        """What answers a first stage ``ip``: ``flat`` (exact), ``pq``, ``hnsw`` or ``ivf`` (approximate)."""
+        """What answers a first stage ``ip``: ``flat`` (exact), ``hnsw`` or ``pqscan`` (approximate), or a
+        Milvus collection's ``hnsw`` or ``ivf``."""
         return self.store.first_stage
 
     @property

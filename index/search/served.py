@@ -197,7 +197,7 @@ class StoredIndex(ServedIndex, Protocol):
 
     @property
     def first_stage_kind(self) -> str:
-        """``flat_ip``, ``pq``, ``hnsw``, ``ivf`` or ``milvus``: which search devices can serve it."""
+        """``flat_ip``, ``hnsw``, ``pqscan`` or ``milvus``: which search devices can serve it."""
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
                      engine: str | None = None) -> VectorStore:

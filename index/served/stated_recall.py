@@ -132,7 +132,7 @@ def breadth_for_recall(first_stage: dict, recall: float, limits: BreadthLimits) 
     if knob is None:
         what = f"Milvus {first_stage.get('index_type')} collection" if kind == "milvus" else f"{kind} first stage"
         raise RecallUnavailable(f"this index's {what} has no breadth calibrated for recall: leave recall out, or "
-                                f"serve an index built with --ann pqscan, hnsw or ivf (or --ann flat for an exact scan)")
+                                f"serve an index built with --ann pqscan or hnsw (or --ann flat for an exact scan)")
     calibration = first_stage.get("calibration")
     if calibration is None:
         raise RecallUnavailable(f"this index's {kind} first stage was not calibrated for recall (built before "

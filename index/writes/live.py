@@ -103,9 +103,9 @@ class LiveIndex(ManifestView, ServedIndex):
 
     @property
     def first_stage(self) -> dict:
-        """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|ivf|pqscan|milvus} and, for a graph, its
-        default ``ef_search`` (for inverted lists, its default ``nprobe``; for product codes, ``margin`` and
-        ``rescore``), with
+        """What answers the ``ip`` first stage: {"type": flat|hnsw|pqscan|milvus} and, for a graph, its
+        default ``ef_search`` (for a Milvus IVF collection, its default ``nprobe``; for product codes, ``margin``
+        and ``rescore``), with
         the build's recall calibration when it has one."""
         store = self._state.searcher.store
         ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
