@@ -126,6 +126,7 @@ class FirstStage(BaseModel):
                                                    "candidates are rescored (in an answer: the margin it used)")
     rescore: int | None = Field(None, description="pqscan: the least candidates rescored per query (in an answer: "
                                                   "the number it used)")
+    scan_threads: int | None = Field(None, description="/info's, pqscan: the threads one query's code scan may use")
     index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
     recall_at_10: float | None = Field(None, description="an answer's: the recall@10 the build measured for such a "
                                                          "search at the breadth used (1.0 for an exact scan); null "

@@ -85,6 +85,9 @@ class ServiceSettings(BaseSettings):
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")
     request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for encoding and search")
     search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
+    scan_threads: int = Field(0, ge=0, le=64, description="threads one query's pqscan code scan is split over, used "
+                              "while the searches in flight leave cores idle (0: the cores this process may run on, "
+                              "at most 4)")
 
     # inputs: truncation and prompts
     auto_truncate: bool = Field(True, description="cut over-long texts to the role's max length when a request does "

@@ -192,20 +192,22 @@ def _live(settings: ServiceSettings, index):
 
     log_dir = settings.write_log_dir
     try:
-        return LiveIndex.open(index.path, lambda base: _make_searcher(base, settings.search_device), log_dir=log_dir,
+        return LiveIndex.open(index.path, lambda base: _make_searcher(base, settings), log_dir=log_dir,
                               base=index)
     except (IndexAccessError, OSError, ValueError) as exc:
         raise StartupError(f"cannot open the write-ahead log {log_dir} of index {index.path}: {exc} "
                            "(serve read only with --no-writes)") from exc
 
 
-def _make_searcher(index, search_device: str):
+def _make_searcher(index, settings: ServiceSettings):
+    from densehybrid.index.engines.pqscan_shards import default_scan_threads
     from densehybrid.index.search.search_device import resolve_search_device
     from densehybrid.index.search.searcher import Searcher
 
-    device = resolve_search_device(search_device, index)
-    log.info("search device", extra={"fields": {"search_device": device}})
-    return Searcher(index, device=device)
+    device = resolve_search_device(settings.search_device, index)
+    scan_threads = settings.scan_threads or default_scan_threads()
+    log.info("search device", extra={"fields": {"search_device": device, "scan_threads": scan_threads}})
+    return Searcher(index, device=device, scan_threads=scan_threads)
 
 
 def start(rt: Runtime) -> None:

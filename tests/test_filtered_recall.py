@@ -151,6 +151,17 @@ def test_without_a_margin_a_search_rescores_its_rescore_rows_filtered_or_not(mon
     monkeypatch.setattr(pqscan_engine, "rescore_kept",
                         lambda q, v, r, k: (counted.append((r >= 0).sum(1).tolist()), original(q, v, r, k))[1])
     mask = least_like(xq[0], xb, 0.5)
+    want = []
     for chosen in (None, selection(mask)):
         stores["pqscan"].inner_product(xq[:1], K, chosen, margin=0.0, rescore=30)
-    assert counted == [[30], [30]]  # no exact-score floor, no wider scan, no exact scan
+        # every kept row whose code score reaches the 30th best kept one: a run tied across the cut, whole
+        codes = np.sort(stores["pqscan"].scan.search(xq[:1], N)[0][0])[::-1]
+        codes = codes if chosen is None else np.sort(_kept_code_scores(stores["pqscan"], xq[0], mask))[::-1]
+        want.append([int((codes >= codes[29]).sum())])
+    assert counted == want and min(want)[0] >= 30  # no exact-score floor, no wider scan, no exact scan
+
+
+def _kept_code_scores(store, q, mask):
+    """The code scores of the rows ``mask`` keeps, read from an unfiltered scan of every row."""
+    scores, rows = store.scan.search(q[None], N)
+    return scores[0][(rows[0] >= 0)][mask[rows[0][rows[0] >= 0]]]

@@ -13,6 +13,7 @@ from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
 from densehybrid.index.engines import faiss_engine, hnsw_engine, pqscan_engine
+from densehybrid.index.engines.pqscan_shards import ShardedScan, split_codes
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
@@ -34,7 +35,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     faiss: faiss.Index  # the exact flat scan of the stored rows
     docs: DocTable
     payload: Payload  # the filterable field columns (none for an index without fields)
-    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``, ``pqscan_engine``)
+    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``'s graph, ``pqscan_engine``'s codes)
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
 
     remote = False
@@ -71,15 +72,16 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
         return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
-                     engine: str | None = None) -> VectorStore:
-        """Faiss on the CPU (its HNSW graph or product codes when the index has one); the exact torch engine on a
-        CUDA device (or on the CPU when asked)."""
+                     engine: str | None = None, scan_threads: int = 1) -> VectorStore:
+        """Faiss on the CPU (its HNSW graph or product codes when the index has one, the codes' scan of one
+        query spread over ``scan_threads``); the exact torch engine on a CUDA device (or on the CPU when asked)."""
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
             flat = self.faiss  # the approximate stages' exact scans
             if pqscan_engine.is_pqscan(self.manifest["first_stage"]):
                 config = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"])
-                return pqscan_engine.PQScanStore(self.ann, self.values, self.gates, self.doc_ids, config.rescore,
+                scan = ShardedScan(split_codes(self.ann, scan_threads))
+                return pqscan_engine.PQScanStore(scan, self.values, self.gates, self.doc_ids, config.rescore,
                                                  config.margin, flat)
             if self.ann is not None:
                 ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
