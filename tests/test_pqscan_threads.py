@@ -106,50 +106,60 @@ def test_code_rows_map_every_shard_s_codes_to_their_rows(codes, xb, xq):
             np.testing.assert_array_equal(mapped.inner_product(xq, 10, chosen)[1], plain.inner_product(xq, 10, chosen)[1])
 
 
-class Recording:
-    """A shard that notes the thread each scan ran on (and, with ``hold``, waits before scanning)."""
+def recorded(scan: ShardedScan, hold: threading.Event | None = None, started: threading.Event | None = None) -> list:
+    """(list number or "all", thread name) of each scan ``scan`` makes from now on; with ``hold``, the first scan
+    of list 0 (or of every list) waits for it, after setting ``started``."""
+    seen, scan_list, scan_all = [], scan._scan_list, scan._scan_all
 
-    def __init__(self, scan, hold: threading.Event | None = None, started: threading.Event | None = None):
-        self.scan, self.ntotal, self.hold, self.started, self.threads = scan, scan.ntotal, hold, started, []
+    def wait_once():
+        if started is not None and not started.is_set():
+            started.set()
+            hold.wait(10)
 
-    def search(self, xq, k, params=None):
-        self.threads.append(threading.current_thread().name)
-        if self.started is not None:
-            self.started.set()
-        if self.hold is not None:
-            self.hold.wait(10)
-        return self.scan.search(xq, k, params=params)
+    def one(number, *args):
+        seen.append((number, threading.current_thread().name))
+        if number == 0:
+            wait_once()
+        return scan_list(number, *args)
+
+    def every(*args):
+        seen.append(("all", threading.current_thread().name))
+        wait_once()
+        return scan_all(*args)
+
+    scan._scan_list, scan._scan_all = one, every
+    return seen
 
 
 def test_a_lone_query_spreads_and_a_batch_or_a_busy_scan_does_not(codes, xq):
-    shards = [Recording(s) for s in split_codes(codes, 2)]
-    scan = ShardedScan(shards, cores=2)
+    me = threading.current_thread().name
+    scan = ShardedScan(split_codes(codes, 2), cores=2)
+    seen = recorded(scan)
     scan.search(xq[:1], 10)
-    assert shards[0].threads[-1] == threading.current_thread().name  # the caller scans one shard itself
-    assert shards[1].threads[-1].startswith("densehybrid-scan")
+    assert len(seen) == 2 and (0, me) in seen  # the caller scans a list too, the pool the other
+    assert [name for number, name in seen if number == 1][0].startswith("densehybrid-scan")
+    seen.clear()
     scan.search(xq[:5], 10)
-    assert {s.threads[-1] for s in shards} == {threading.current_thread().name}  # Faiss spreads a batch itself
-    lone = ShardedScan([Recording(s) for s in split_codes(codes, 2)], cores=1)
+    assert seen == [("all", me)]  # Faiss shares a batch out itself
+    lone = ShardedScan(split_codes(codes, 2), cores=1)
+    seen = recorded(lone)
     lone.search(xq[:1], 10)
-    assert {s.threads[-1] for s in lone.scans} == {threading.current_thread().name}  # no idle core to spread to
+    assert seen == [("all", me)]  # no idle core to spread to
 
 
-def test_a_query_arriving_while_another_is_in_flight_scans_its_shards_in_turn(codes, xq):
+def test_a_query_arriving_while_another_is_in_flight_scans_every_list_in_one_search(codes, xq):
     hold, started = threading.Event(), threading.Event()
-    first = Recording(split_codes(codes, 2)[0], hold, started)
-    shards = [first, Recording(split_codes(codes, 2)[1])]
-    scan = ShardedScan(shards, cores=2)  # room for one spread query
+    scan = ShardedScan(split_codes(codes, 2), cores=2)  # room for one spread query
+    seen = recorded(scan, hold, started)
     busy = threading.Thread(target=scan.search, args=(xq[:1], 10), name="first-search")
     busy.start()
     assert started.wait(10)
-    first.hold = None  # the second query's scan of this shard does not wait
-    scan.search(xq[1:2], 10)
+    want = scan.search(xq[1:2], 10)  # in flight beside the first
     hold.set()
     busy.join(10)
-    me = threading.current_thread().name
-    assert first.threads == ["first-search", me]  # in flight beside the first: both shards on the calling thread
-    assert me in shards[1].threads and [t for t in shards[1].threads if t != me][0].startswith("densehybrid-scan")
+    assert ("all", threading.current_thread().name) in seen and (0, "first-search") in seen
     assert scan._in_flight == 0
+    np.testing.assert_array_equal(scan.search(xq[1:2], 10)[0], want[0])  # alone now: spread, the same scores
 
 
 @pytest.fixture(scope="module")

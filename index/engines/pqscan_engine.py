@@ -122,9 +122,8 @@ def read_codes(path: Path, count: int, dim: int, config: PQScanConfig, flags: in
     return index
 
 
-def fast_scan(codes: faiss.IndexPQ, first_id: int = 0) -> faiss.IndexIVFPQFastScan:
-    """The 4-bit ``codes`` repacked for the fast scan, as one inverted list whose ids are the rows (from
-    ``first_id``: a shard of the rows keeps their global numbers, ``pqscan_shards``).
+def fast_scan(codes: faiss.IndexPQ) -> faiss.IndexIVFPQFastScan:
+    """The 4-bit ``codes`` repacked for the fast scan, as one inverted list whose ids are the rows.
 
     Faiss's fast scan of a plain IndexPQ takes no row selector; its inverted-list form does, and with one
     list and no residual it scans the same codes with the same look-up tables: the same code scores, bit
@@ -135,8 +134,7 @@ def fast_scan(codes: faiss.IndexPQ, first_id: int = 0) -> faiss.IndexIVFPQFastSc
     quantizer.add(np.zeros((1, codes.d), np.float32))  # the one list's centre, unused without residuals
     lists = faiss.IndexIVFPQ(quantizer, codes.d, 1, codes.pq.M, NBITS, faiss.METRIC_INNER_PRODUCT)
     lists.by_residual, lists.pq, lists.is_trained = False, codes.pq, True
-    lists.add_sa_codes(faiss.vector_to_array(codes.codes).reshape(codes.ntotal, -1),
-                       np.arange(first_id, first_id + codes.ntotal))
+    lists.add_sa_codes(faiss.vector_to_array(codes.codes).reshape(codes.ntotal, -1), np.arange(codes.ntotal))
     scan = faiss.IndexIVFPQFastScan(lists)
     scan.referenced_objects = [quantizer]  # the scan points at it, and Python would free it with ``lists``
     return scan
@@ -162,7 +160,7 @@ def within_margin(scores: np.ndarray, rows: np.ndarray, depth: int, margin: np.n
 
 class PQScanStore(HostRows, VectorStore):
     """Product-code candidates, exact scores: ``scan`` (:func:`fast_scan` of the N rows' codes, or a
-    ``pqscan_shards.ShardedScan`` of them, which spreads one query's scan over threads), values (N, dim)
+    ``pqscan_shards.ShardedScan`` of them in row shards, which spreads one query's scan over threads), values (N, dim)
     float16 or float32, the stored copy memory-mapped, gates (N, G) uint8 or None; by default a query rescores
     the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``; ``flat`` the
     Faiss flat index of the stored copy, for the exact scans (None: numpy reads ``values``). ``code_rows`` maps
@@ -173,7 +171,7 @@ class PQScanStore(HostRows, VectorStore):
     def __init__(self, scan: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, rescore: int,
                  margin: float = 0.0, flat: faiss.Index | None = None, code_rows: np.ndarray | None = None):
         super().__init__(values, gates, doc_ids)
-        self.scan = scan if isinstance(scan, ShardedScan) else ShardedScan([scan])  # one shard: scanned in place
+        self.scan = scan if isinstance(scan, ShardedScan) else ShardedScan(scan)  # one list: scanned in place
         self.rescore, self.margin, self.flat = rescore, margin, flat
         self.code_rows = code_rows  # (codes,) the row of each code (None: code i is row i)
 
