@@ -11,12 +11,10 @@ from typing import Optional
 import typer
 
 from densehybrid.bench.config import PRESETS, SECTIONS, BenchConfig
-from densehybrid.index.engines.ivf_engine import IVFConfig
 
 Section = Enum("Section", {name: name for name in SECTIONS}, type=str)
 Backend = Enum("Backend", {name: name for name in ("torch", "onnx")}, type=str)
 Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)
-ScaleAnn = Enum("ScaleAnn", {name: name for name in ("hnsw", "ivf")}, type=str)
 
 
 def config_from(preset: str = "default", *, only: list[str] | None = None, rows: int | None = None,
@@ -51,8 +49,8 @@ def bench_command(
                                                      help="encoder backend to compare (repeat for several; default: both)"),
     scale: Optional[list[int]] = typer.Option(None, "--scale", min=1, help="instead: the scale benchmark at N rows "
                                               "(repeat for several): seeded vectors in Pyserini's layout made an "
-                                              "index, flat vs hnsw or ivf first stage, recall; see --scale-dim, "
-                                              "--scale-ann, --plot"),
+                                              "index, flat vs hnsw first stage, recall; see --scale-dim, "
+                                              "--plot"),
     scale_dim: int = typer.Option(768, "--scale-dim", min=2, help="--scale: dims of the vectors"),
     scale_fit: Optional[Path] = typer.Option(None, "--scale-fit", exists=True, help="--scale: real passage vectors "
                                              "(.npy) to include, with distractors drawn from their Gaussian fit"),
@@ -62,18 +60,10 @@ def bench_command(
                                              "vectors (1: one Gaussian, no topical clusters)"),
     scale_queries: Optional[Path] = typer.Option(None, "--scale-queries", exists=True,
                                                  help="--scale: real query vectors (.npy) instead of drawn ones"),
-    scale_ann: ScaleAnn = typer.Option("hnsw", "--scale-ann",
-                                  help="--scale: the approximate first stage imported and swept: hnsw (ef_search "
-                                       "16..512) or ivf (nprobe 1..64)"),
-    scale_ivf_lists: int = typer.Option(IVFConfig().nlist, "--scale-ivf-lists", min=0,
-                                        help="--scale-ann ivf: the k-means lists (nlist; 0: from the rows)"),
-    scale_nprobe: Optional[list[int]] = typer.Option(None, "--scale-nprobe", min=1,
-                                                     help="--scale-ann ivf: an nprobe of the sweep (repeat for "
-                                                          "several; default 1 2 4 8 16 32 64)"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scale: write the recall-vs-latency plot (PNG) here"),
     scale_serve: bool = typer.Option(True, "--scale-serve/--no-scale-serve",
                                      help="--scale: also serve N rows for the offline minilm (384 dims) over HTTP, "
-                                     "flat and the --scale-ann first stage: ready time, memory before the first "
+                                     "flat and hnsw first stages: ready time, memory before the first "
                                      "query, /search p50"),
 ) -> None:
     """Run the performance benchmark: memory bandwidth, first stage, rerank, encoders and a live service, side by
@@ -83,8 +73,7 @@ def bench_command(
 
         with quiet_libraries():  # the serving part's client would log every request
             run_scales(scale, scale_dim, scale_fit, scale_queries, out or Path("bench-scale.json"), plot, threads,
-                       scale_serve, scale_ann.value, IVFConfig(nlist=scale_ivf_lists), scale_nprobe,
-                       scale_fit_components)
+                       scale_serve, scale_fit_components)
         return
     if quick + full + (preset is not None) > 1:
         raise typer.BadParameter("give one of --quick, --full and --preset", param_hint="--quick/--full/--preset")

@@ -1,14 +1,13 @@
 """The first-stage flags of the commands that write an index (``index build``, and any import of vectors).
 
-``--ann flat`` (the default) keeps the exact scan, or ``IndexPQ`` with ``--pq M``; ``--ann hnsw``
-writes a Faiss HNSW graph beside the exact rows, ``--ann ivf`` Faiss inverted lists and ``--ann pqscan``
-4-bit product codes of every row, each searched first and its candidates rescored exactly. The build
-calibrates an approximate first stage's breadth to ``--target-recall``::
+``--ann flat`` (the default) keeps the exact scan; ``--ann hnsw`` writes a Faiss HNSW graph beside the
+exact rows and ``--ann pqscan`` 4-bit product codes of every row, each searched first and its candidates
+rescored exactly. The build calibrates an approximate first stage's breadth to ``--target-recall``::
 
     @index_app.command("build")
     @with_first_stage_options
     def build(corpus: Path, first_stage: FirstStageOptions) -> None:
-        BuildOptions(pq=first_stage.pq, ann=first_stage.ann)
+        BuildOptions(ann=first_stage.ann)
 """
 
 from __future__ import annotations
@@ -22,45 +21,35 @@ import typer
 
 from densehybrid.cli.errors import one_of
 from densehybrid.cli.settings_flags import replace_parameter
-from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.building.first_stage import AnnConfig
 from densehybrid.index.engines.hnsw_engine import ENCODINGS, HNSWConfig
-from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.engines.pqscan_engine import MAX_MARGIN, MAX_RESCORE, PQScanConfig
 from densehybrid.index.building.calibration import DEFAULT_TARGET
 
-ANN_CHOICES = ("flat", "hnsw", "ivf", "pqscan")
+ANN_CHOICES = ("flat", "hnsw", "pqscan")
 _DEFAULT = HNSWConfig()
-_DEFAULT_IVF = IVFConfig()
 _DEFAULT_PQSCAN = PQScanConfig()
 
 
 @dataclass(frozen=True)
 class FirstStageOptions:
-    """At most one of ``pq`` and ``ann`` (None, None: the exact flat scan)."""
+    """``ann``: the approximate first stage (None: the exact flat scan)."""
 
-    pq: PQConfig | None = None
     ann: AnnConfig | None = None
     # the recall@10 an approximate first stage's default breadth is calibrated to (None: keep the breadth given)
     target_recall: float | None = DEFAULT_TARGET
     calibration_queries: Path | None = None  # a BEIR queries.jsonl to calibrate on, instead of cut passages
 
 
-def _options(ann: str, pq_m: int, pq_nbits: int, hnsw_m: int, ef_construction: int, ef_search: int | None,
-             hnsw_codes: str, ivf_lists: int, ivf_codes: str, nprobe: int | None, pqscan_margin: float | None,
-             rescore: int, target_recall: float, calibration_queries: Path | None) -> FirstStageOptions:
+def _options(ann: str, hnsw_m: int, ef_construction: int, ef_search: int | None, hnsw_codes: str,
+             pqscan_margin: float | None, rescore: int, target_recall: float,
+             calibration_queries: Path | None) -> FirstStageOptions:
     if ann == "flat":
-        return FirstStageOptions(pq=PQConfig(pq_m, pq_nbits) if pq_m else None)
-    if pq_m:
-        raise typer.BadParameter("--pq is a first stage of its own: use it with --ann flat, or leave it out "
-                                 f"for --ann {ann}", param_hint="--pq")
-    breadth = {"hnsw": ef_search, "ivf": nprobe, "pqscan": pqscan_margin}[ann]
+        return FirstStageOptions()
+    breadth = {"hnsw": ef_search, "pqscan": pqscan_margin}[ann]
     # a breadth given is kept (and measured); else the build makes the one that keeps the target the default
     calibrated = {"target_recall": None if breadth is not None else (target_recall or None),
                   "calibration_queries": calibration_queries}
-    if ann == "ivf":
-        return FirstStageOptions(ann=IVFConfig(nlist=ivf_lists, nprobe=nprobe or _DEFAULT_IVF.nprobe,
-                                               encoding=ivf_codes), **calibrated)
     if ann == "pqscan":
         return FirstStageOptions(ann=PQScanConfig(rescore=rescore, margin=_DEFAULT_PQSCAN.margin if pqscan_margin is None
                                                   else pqscan_margin), **calibrated)
@@ -71,13 +60,9 @@ def _options(ann: str, pq_m: int, pq_nbits: int, hnsw_m: int, ef_construction: i
 
 _FLAGS = [  # (parameter, type, default, flag)
     ("ann", str, "flat", typer.Option("--ann", callback=one_of(ANN_CHOICES),
-                                      help="first stage: flat (exact scan, or IndexPQ with --pq), hnsw "
-                                           "(a Faiss HNSW graph), ivf (Faiss inverted lists) or pqscan (4-bit "
-                                           "product codes of every row, scanned); the candidates of hnsw, ivf "
-                                           "and pqscan are rescored exactly")),
-    ("pq_m", int, 0, typer.Option("--pq", min=0, help="with --ann flat: IndexPQ first stage with this many "
-                               "sub-quantizers (0: exact FlatIP)")),
-    ("pq_nbits", int, 8, typer.Option("--pq-nbits", min=1, max=16, help="bits per PQ sub-quantizer")),
+                                      help="first stage: flat (exact scan), hnsw (a Faiss HNSW graph) or "
+                                           "pqscan (4-bit product codes of every row, scanned); the candidates "
+                                           "of hnsw and pqscan are rescored exactly")),
     ("hnsw_m", int, _DEFAULT.m, typer.Option("--hnsw-m", min=2, max=256, help="--ann hnsw: links per node")),
     ("ef_construction", int, _DEFAULT.ef_construction, typer.Option("--ef-construction", min=1, max=4096,
                                                                     help="--ann hnsw: graph breadth while building")),
@@ -88,16 +73,6 @@ _FLAGS = [  # (parameter, type, default, flag)
     ("hnsw_codes", str, _DEFAULT.encoding, typer.Option("--hnsw-codes", callback=one_of(ENCODINGS),
                                                         help="--ann hnsw: how the graph stores vectors: sq8 "
                                                              "(1 byte a dim) or fp16 (2 bytes)")),
-    ("ivf_lists", int, _DEFAULT_IVF.nlist, typer.Option("--ivf-lists", min=0, max=1 << 20,
-                                                       help="--ann ivf: k-means lists the rows are split into (0: "
-                                                            "the power of two nearest 4 sqrt(rows))")),
-    ("ivf_codes", str, _DEFAULT_IVF.encoding, typer.Option("--ivf-codes", callback=one_of(ENCODINGS),
-                                                         help="--ann ivf: how the lists store vectors: sq8 "
-                                                              "(1 byte a dim) or fp16 (2 bytes)")),
-    ("nprobe", Optional[int], None, typer.Option("--nprobe", min=1, max=65_536,
-                                                 help="--ann ivf: the searches' default lists scanned per query (a "
-                                                      "request's nprobe overrides it); default: the number that "
-                                                      "keeps --target-recall")),
     ("pqscan_margin", Optional[float], None, typer.Option(
         "--pqscan-margin", min=0.0, max=MAX_MARGIN,
         help="--ann pqscan: the searches' default margin: candidates whose code score is within it (x |query|) of "
@@ -108,13 +83,13 @@ _FLAGS = [  # (parameter, type, default, flag)
                                                                 "query, whatever the margin")),
     ("target_recall", float, DEFAULT_TARGET, typer.Option(
         "--target-recall", min=0.0, max=1.0,
-        help="--ann hnsw/ivf/pqscan: the recall@10 to keep: the build measures it on held-out queries at each "
-             "breadth and makes the cheapest one that keeps it the default (a breadth given with --ef-search, "
-             "--nprobe or --pqscan-margin is kept instead, and measured all the same; 0: the engine's default "
+        help="--ann hnsw/pqscan: the recall@10 to keep: the build measures it on held-out queries at each "
+             "breadth and makes the cheapest one that keeps it the default (a breadth given with --ef-search "
+             "or --pqscan-margin is kept instead, and measured all the same; 0: the engine's default "
              "breadth)")),
     ("calibration_queries", Optional[Path], None, typer.Option(
         "--calibration-queries", exists=True, dir_okay=False,
-        help="--ann hnsw/ivf/pqscan: a BEIR queries.jsonl (_id, text) to calibrate on (default: sentences cut "
+        help="--ann hnsw/pqscan: a BEIR queries.jsonl (_id, text) to calibrate on (default: sentences cut "
              "from sampled passages, their rows held out of the first stage while measured, and sentences of "
              "Python's own docstrings, another domain; the recall stated is the lower group's)")),
 ]

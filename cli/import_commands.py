@@ -56,7 +56,7 @@ def index_import(
     if not encoder.model:
         raise typer.BadParameter("--model is required (the query encoder matching the vectors)")
     options = ImportOptions(corpus=corpus, values_dtype=vectors_dtype, name=name, overwrite=overwrite,
-                            pq=first_stage.pq, ann=first_stage.ann,
+                            ann=first_stage.ann,
                             fields=tuple(field), fields_from_metadata=fields_from_metadata,
                             target_recall=first_stage.target_recall, calibration_queries=first_stage.calibration_queries)
     try:

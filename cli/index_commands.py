@@ -91,7 +91,7 @@ def index_build(
     if ray_batch_size is not None and not ray:
         raise typer.BadParameter("--ray-batch-size needs --ray")
     options = BuildOptions(batch_size=batch_size, shard_size=shard_size, resume=resume, overwrite=overwrite,
-                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, pq=first_stage.pq, ann=first_stage.ann,
+                           lam="auto" if auto_lambda or encoder.lambda_auto else encoder.config.lam, ann=first_stage.ann,
                            name=name, progress=not no_progress, fusion_method=fusion,
                            prompts=build_prompts(query_prompt, passage_prompt, prompt, default_prompt_name),
                            fields=tuple(field), fields_from_metadata=fields_from_metadata, values_dtype=vectors_dtype,

@@ -90,7 +90,7 @@ class CalibrationGroup(BaseModel):
 
 
 class Calibration(BaseModel):
-    knob: str = Field(description="the breadth measured: ef_search (hnsw), nprobe (ivf) or margin (pqscan)")
+    knob: str = Field(description="the breadth measured: ef_search (hnsw) or margin (pqscan)")
     target_recall: float | None = Field(description="the recall@10 the build was asked to keep (--target-recall); "
                                                     "null where a breadth was given instead")
     reached: bool | None = Field(description="whether a measured breadth kept the target; if not, the default is "
@@ -116,16 +116,17 @@ class Calibration(BaseModel):
 
 
 class FirstStage(BaseModel):
-    type: Literal["flat", "pq", "hnsw", "ivf", "pqscan", "milvus"] = Field(
-        description="what found the candidates: flat (an exact scan), pq, hnsw, ivf or pqscan (approximate; the "
-                    "scores are still exact for hnsw, ivf and pqscan), milvus (a collection)")
+    type: Literal["flat", "hnsw", "pqscan", "milvus"] = Field(
+        description="what found the candidates: flat (an exact scan), hnsw or pqscan (approximate; the scores are "
+                    "still exact), milvus (a collection)")
     ef_search: int | None = Field(None, description="hnsw: the graph breadth per query (in an answer: the one it used)")
-    nprobe: int | None = Field(None, description="ivf: the inverted lists scanned per query (in an answer: the ones "
-                                                 "it used)")
+    nprobe: int | None = Field(None, description="a Milvus IVF collection: the inverted lists scanned per query (in "
+                                                 "an answer: the ones it used)")
     margin: float | None = Field(None, description="pqscan: how far below the k-th best code score (x |query|) "
                                                    "candidates are rescored (in an answer: the margin it used)")
     rescore: int | None = Field(None, description="pqscan: the least candidates rescored per query (in an answer: "
                                                   "the number it used)")
+    scan_threads: int | None = Field(None, description="/info's, pqscan: the threads one query's code scan may use")
     index_type: str | None = Field(None, description="milvus: the collection's vector index type (FLAT, HNSW, ...)")
     recall_at_10: float | None = Field(None, description="an answer's: the recall@10 the build measured for such a "
                                                          "search at the breadth used (1.0 for an exact scan); null "

@@ -168,7 +168,7 @@ def request_models(limits: Limits, prompts: Prompts = Prompts(),
                         "stage ignores it. /info and each answer's `index` block name the first stage")
         nprobe: Annotated[int, Ge(1), Le(limits.max_nprobe), BeforeValidator(json_number)] | None = Field(
             None, examples=[8, 64],
-            description="an ivf first stage: inverted lists scanned per query (larger: slower, closer to the exact "
+            description="a Milvus IVF collection: inverted lists scanned per query (larger: slower, closer to the exact "
                         "top-k); default: the index's; other first stages ignore it. /info and each answer's "
                         "`index` block name the first stage")
         margin: Annotated[float, Ge(0), Le(10), BeforeValidator(json_number)] | None = Field(

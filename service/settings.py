@@ -85,6 +85,9 @@ class ServiceSettings(BaseSettings):
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429")
     request_timeout_s: float = Field(30.0, gt=0, description="longest a request waits for encoding and search")
     search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
+    scan_threads: int = Field(0, ge=0, le=64, description="threads one query's pqscan code scan is split over, used "
+                              "while the searches in flight leave cores idle (0: the cores this process may run on, "
+                              "at most 4)")
 
     # inputs: truncation and prompts
     auto_truncate: bool = Field(True, description="cut over-long texts to the role's max length when a request does "
@@ -116,7 +119,7 @@ class ServiceSettings(BaseSettings):
     max_ef_search: int = Field(2048, ge=1, le=10000, description="largest ef_search (graph breadth) a search of an "
                                "hnsw first stage may ask for")
     max_nprobe: int = Field(1024, ge=1, le=65536, description="largest nprobe (inverted lists scanned) a search of "
-                            "an ivf first stage may ask for")
+                            "a Milvus IVF collection may ask for")
     max_rescore: int = Field(5000, ge=1, le=10000, description="largest rescore (candidates scored again exactly) a "
                              "search of a pqscan first stage may ask for")
     max_request_texts: int = Field(64, ge=1, description="largest batch of queries (/search) or texts (/encode)")

@@ -192,20 +192,22 @@ def _live(settings: ServiceSettings, index):
 
     log_dir = settings.write_log_dir
     try:
-        return LiveIndex.open(index.path, lambda base: _make_searcher(base, settings.search_device), log_dir=log_dir,
+        return LiveIndex.open(index.path, lambda base: _make_searcher(base, settings), log_dir=log_dir,
                               base=index)
     except (IndexAccessError, OSError, ValueError) as exc:
         raise StartupError(f"cannot open the write-ahead log {log_dir} of index {index.path}: {exc} "
                            "(serve read only with --no-writes)") from exc
 
 
-def _make_searcher(index, search_device: str):
+def _make_searcher(index, settings: ServiceSettings):
+    from densehybrid.index.engines.pqscan_shards import default_scan_threads
     from densehybrid.index.search.search_device import resolve_search_device
     from densehybrid.index.search.searcher import Searcher
 
-    device = resolve_search_device(search_device, index)
-    log.info("search device", extra={"fields": {"search_device": device}})
-    return Searcher(index, device=device)
+    device = resolve_search_device(settings.search_device, index)
+    scan_threads = settings.scan_threads or default_scan_threads()
+    log.info("search device", extra={"fields": {"search_device": device, "scan_threads": scan_threads}})
+    return Searcher(index, device=device, scan_threads=scan_threads)
 
 
 def start(rt: Runtime) -> None:
@@ -232,13 +234,13 @@ def warm_up(rt: Runtime) -> None:
 def warm_up_params(index) -> SearchParams:
     """The warm-up's search: every stage a request's takes, reading a bounded part of the index.
 
-    An exhaustive first stage (flat, PQ, the torch scan, a Milvus FLAT collection) scans the first
+    An exhaustive first stage (flat, the torch scan, a Milvus FLAT collection) scans the first
     ``WARMUP_ROWS`` rows only: a full scan would page a whole memory-mapped index into memory before
     the first request asks for it. A graph walk reads about ``ef_search`` rows whatever the index's
-    size, inverted lists about ``nprobe`` lists, and product codes (held in memory, an eighth of the rows'
+    size, a Milvus IVF collection about ``nprobe`` lists, and product codes (held in memory, an eighth of the rows'
     size) about ``rescore`` rows, so those first stages search as a request's would.
     """
-    # a local or Milvus HNSW first stage names its breadth, an IVF one its lists, a pqscan one its rescoring
+    # a local or Milvus HNSW first stage names its breadth, a Milvus IVF one its lists, a pqscan one its rescoring
     walks_part = any(knob in index.first_stage for knob in ("ef_search", "nprobe", "rescore"))
     bounded = not walks_part and index.count > WARMUP_ROWS
     return SearchParams(k=max(1, min(10, index.count)), candidates=max(1, min(100, index.count)),

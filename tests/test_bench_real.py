@@ -17,15 +17,14 @@ def test_every_choice_and_breadth_is_measured_per_group_beside_the_calibration(t
     for name, chosen in (("near", texts[:20]), ("far", ["how tall is the eiffel tower", "best pasta recipe"])):
         write_queries(tmp_path / f"{name}.jsonl", chosen)
     out = real.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}:10", f"far={tmp_path / 'far.jsonl'}"],
-                   ["pqscan", "ivf"], [])
+                   ["pqscan", "hnsw"], [])
     assert out["rows"] == 600 and out["queries"] == {"near": 10, "far": 2}
-    pqscan, ivf = out["choices"]
-    assert (pqscan["knob"], ivf["knob"]) == ("margin", "nprobe")
-    for row in (pqscan, ivf):
+    pqscan, hnsw = out["choices"]
+    assert (pqscan["knob"], hnsw["knob"]) == ("margin", "ef_search")
+    for row in (pqscan, hnsw):
         assert row["calibrated"]["breadth"] in [p["breadth"] for p in row["sweep"]]
         for point in row["sweep"]:
             assert 0 <= point["far"]["recall_at_10"] <= 1 and point["p99_ms"] >= point["p50_ms"] > 0
-    assert ivf["sweep"][-1]["near"]["recall_at_10"] == 1.0  # every list scanned: the exact top 10
     assert [p["breadth"] for p in pqscan["fixed_rescore_sweep"]] == list(real.FIXED_RESCORE)
     table = real_report.markdown(out)
     assert "| pqscan, margin 0 | rescore 50 |" in table and "(calibrated)" in table
@@ -84,17 +83,17 @@ def test_the_live_recall_matches_an_offline_comparison_and_its_cost_is_measured(
 def test_filtered_recall_is_measured_per_engine_and_filter_against_the_kept_rows_exact_top_10(tmp_path, fake_models):
     _, texts = built_stdlib_index(tmp_path, 600)
     write_queries(tmp_path / "near.jsonl", texts[:6])
-    out = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["pqscan", "ivf"],
-                       tmp_path / "scratch", {"ivf": 1})
-    assert out["rows"] == 600 and set(out["engines"]) == {"pqscan", "ivf"}
-    assert out["engines"]["ivf"]["breadth"] == {"nprobe": 1}
+    out = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["pqscan", "hnsw"],
+                       tmp_path / "scratch", {"hnsw": 16})
+    assert out["rows"] == 600 and set(out["engines"]) == {"pqscan", "hnsw"}
+    assert out["engines"]["hnsw"]["breadth"] == {"ef_search": 16}
     for engine in out["engines"].values():
         assert list(engine["filters"]) == list(filtered.KINDS)
         for entry in engine["filters"].values():
             assert 0 <= entry["near"]["recall_at_10"] <= 1 and entry["p99_ms"] >= entry["p50_ms"] > 0
-    again = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["ivf"], tmp_path / "scratch", {})
-    assert again["engines"]["ivf"]["breadth"] != {"nprobe": 1}  # the written lists reused, at their own breadth
-    assert "| ivf | least-like-20 |" in filtered.markdown({"before": out, "after": again})
+    again = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["hnsw"], tmp_path / "scratch", {})
+    assert again["engines"]["hnsw"]["breadth"] != {"ef_search": 16}  # the written graph reused, at its own breadth
+    assert "| hnsw | least-like-20 |" in filtered.markdown({"before": out, "after": again})
 
 
 def test_the_least_like_filter_keeps_the_rows_of_lowest_score_and_ties_count_alike():

@@ -64,25 +64,6 @@ def test_bench_scale_writes_the_numbers_and_cleans_up(tmp_path):
     assert "serving" not in run
 
 
-def test_bench_scale_sweeps_nprobe_of_an_ivf_import(tmp_path):
-    out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
-    with_plot = pytest.importorskip("matplotlib", reason="the plot needs matplotlib") is not None
-    result = CliRunner().invoke(app, ["bench", "--scale", "3000", "--scale-dim", "32", "--out", str(out),
-                                      "--plot", str(plot), "--threads", "1", "--no-scale-serve", "--scale-ann", "ivf",
-                                      "--scale-ivf-lists", "16", *(f"--scale-nprobe={n}" for n in (1, 4, 16, 64))])
-    assert result.exit_code == 0, result.output
-    (run,) = json.loads(out.read_text())
-    assert run["ivf"]["type"] == "ivf" and run["ivf"]["nlist"] == 16 and "hnsw_sweep" not in run
-    sweep = {s["nprobe"]: s for s in run["ivf_sweep"]}
-    assert list(sweep) == [1, 4, 16, 64]
-    # every list scanned, the candidates rescored: the exhaustive top-10 for every query
-    assert sweep[16]["recall_at_10"] == sweep[16]["exact_top10"] == 1.0
-    assert sweep[1]["exact_top10"] <= sweep[4]["exact_top10"] <= sweep[16]["exact_top10"]
-    # sq8 codes: a byte per dim and an 8-byte id per row
-    assert run["files"]["first_stage.ivf.faiss"] <= 3000 * (32 + 8) + 16 * 32 * 4 + 65_536
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" or not with_plot
-
-
 def test_memory_of_a_process_is_its_anonymous_and_file_pages():
     fields = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     got = scale_serve.memory_mb(os.getpid())

@@ -14,14 +14,10 @@ from densehybrid.bench.servers.toy_index import write_toy_corpus
 from densehybrid.index.building import calibrate, calibration, held_out, other_domain
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.building.calibration_queries import CalibrationQueries, Group
-from densehybrid.index.building.ivf import write_ivf
-from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
-from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.served.loading import load_index
-from densehybrid.index.search.recall import recall_at_k
-from densehybrid.index.served.stated_recall import recall_at
 from densehybrid.index.storage.vectors import VECTORS, write_vectors
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta
@@ -31,7 +27,6 @@ from densehybrid.bench.scale.calibration_noise import moved
 from test_hnsw import clustered
 
 CONFIGS = {"hnsw": HNSWConfig(m=16, ef_construction=64, ef_search=32, train_size=2000),
-           "ivf": IVFConfig(nlist=16, nprobe=2, train_size=2000),
            "pqscan": PQScanConfig(rescore=20, margin=0.05, train_size=2000)}
 
 
@@ -40,14 +35,10 @@ def brute_top(xq: np.ndarray, xb: np.ndarray, k: int = 10) -> np.ndarray:
 
 
 def _structure_rows(kind: str, store) -> np.ndarray:
-    """The rows a held-out store's graph, lists or codes hold."""
+    """The rows a held-out store's graph or codes hold."""
     if kind == "hnsw":
         return np.asarray(store.node_rows)[:store.hnsw.ntotal]
-    if kind == "pqscan":
-        return np.asarray(store.code_rows)[:store.scan.ntotal]
-    lists = store.ivf.invlists
-    return np.concatenate([faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
-                           for i in range(store.ivf.nlist) if lists.list_size(i)])
+    return np.asarray(store.code_rows)[:store.scan.ntotal]
 
 
 @pytest.mark.parametrize("kind", list(CONFIGS))
@@ -57,8 +48,8 @@ def test_held_out_rows_are_out_of_the_structure_while_measured_and_in_it_afterwa
     built = held_out.build(xb, tmp_path, CONFIGS[kind], held)
     inside = _structure_rows(kind, built.store)
     assert len(inside) == len(xb) - len(held) and not np.isin(held, inside).any()
-    knob = {"hnsw": "ef_search", "ivf": "nprobe", "pqscan": "margin"}[kind]
-    wide = {"hnsw": 512, "ivf": 16, "pqscan": 1.0}[kind]
+    knob = {"hnsw": "ef_search", "pqscan": "margin"}[kind]
+    wide = {"hnsw": 512, "pqscan": 1.0}[kind]
     _, found = built.store.inner_product(xb[held], 10, **{knob: wide})
     assert not np.isin(found, held).any()  # no search reaches a held-out row
 
@@ -94,7 +85,7 @@ def test_the_manifest_records_groups_rows_measured_and_when(tmp_path):
     queries = CalibrationQueries((Group("in_domain", xb[rows], rows, "cut"), Group("other_domain", other,
                                                                                    np.full(30, -1), "far")))
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    record = calibrate.write_calibrated(xb, tmp_path, CONFIGS["ivf"], queries, 0.9)
+    record = calibrate.write_calibrated(xb, tmp_path, CONFIGS["pqscan"], queries, 0.9)
     entry = record["calibration"]
     assert entry["groups"] == [{"name": "in_domain", "source": "cut", "queries": 50},
                                {"name": "other_domain", "source": "far", "queries": 30}]
@@ -105,7 +96,8 @@ def test_the_manifest_records_groups_rows_measured_and_when(tmp_path):
         groups = point["groups"]
         assert point["recall_at_10"] == min(g["recall_at_10"] for g in groups.values())
         assert point["exact_top10"] == min(g["exact_top10"] for g in groups.values())
-    assert ivf_engine.read_ivf(tmp_path / ivf_engine.ANN_FILE, 2000, 32, IVFConfig.from_dict(record)).ntotal == 2000
+    config = PQScanConfig.from_dict(record)
+    assert pqscan_engine.read_pqscan(tmp_path / pqscan_engine.ANN_FILE, 2000, 32, config).ntotal == 2000
 
 
 def test_the_other_domain_sentences_are_pythons_own_docstrings():
@@ -115,52 +107,6 @@ def test_the_other_domain_sentences_are_pythons_own_docstrings():
     assert other_domain.docstring_sentence("Return the sum of the values. More text.\n\nBody.") == \
         "Return the sum of the values."
     assert other_domain.docstring_sentence("Too short.") is None
-
-
-def topical(n: int, seed: int, centers: int = 100, dim: int = 32) -> np.ndarray:
-    """Unit rows close to one of ``centers`` fixed directions: a corpus of a few topics (and unseen queries like it)."""
-    rng = np.random.default_rng(seed)
-    middle = np.random.default_rng(0).standard_normal((centers, dim))
-    x = middle / np.linalg.norm(middle, axis=1, keepdims=True)
-    x = x[rng.integers(0, centers, n)] + 0.15 * rng.standard_normal((n, dim))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def elsewhere(n: int, seed: int, dim: int = 32) -> np.ndarray:
-    """Unit queries in any direction, between the topics: queries from another domain."""
-    x = np.random.default_rng(seed).standard_normal((n, dim))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def test_the_old_calibration_overstates_recall_for_another_domain_and_the_new_one_does_not(tmp_path):
-    xb = topical(6000, seed=21)
-    _staged(tmp_path, xb)
-    config = IVFConfig(nlist=64, nprobe=1, train_size=6000)
-    cut = np.sort(np.random.default_rng(2).choice(len(xb), 200, replace=False))
-    # unseen queries, measured by brute force: from the corpus's topics, and from another domain
-    fresh_in, fresh_out = topical(200, seed=77), elsewhere(200, seed=78)
-
-    def measured(record: dict, xq: np.ndarray) -> float:
-        store = calibrate.store_of(tmp_path, record, xb)
-        found = store.inner_product(xq, 10, nprobe=record["nprobe"])[1]
-        return float(recall_at_k(found, brute_top(xq, xb)).mean())
-
-    # the old calibration: the queries are stored rows, each in the lists it is measured on
-    old_record = write_ivf(xb, tmp_path, config)
-    old_store = calibrate.store_of(tmp_path, old_record, xb)
-    old = calibrate.calibrate(old_store, old_record, xb, CalibrationQueries((Group("in_domain", xb[cut], cut, ""),)),
-                              0.95, tmp_path)
-    old_stated = recall_at(old["calibration"]["curve"], old["nprobe"])
-    assert old_stated > measured(old, fresh_out) + 0.1  # far above what another domain gets
-
-    # the new one: those rows held out while measured, and a second group from another domain
-    groups = (Group("in_domain", xb[cut], cut, ""), Group("other_domain", elsewhere(200, seed=5),
-                                                          np.full(200, -1), ""))
-    new = calibrate.write_calibrated(xb, tmp_path, config, CalibrationQueries(groups), 0.95)
-    new_stated = recall_at(new["calibration"]["curve"], new["nprobe"])
-    in_domain, out_of_domain = measured(new, fresh_in), measured(new, fresh_out)
-    assert new_stated <= min(in_domain, out_of_domain) + 0.02
-    assert new_stated >= min(in_domain, out_of_domain) - 0.05
 
 
 def _built(tmp_path, count: int = 200):

@@ -119,17 +119,13 @@ def test_search_device_auto_is_the_cpu_without_cuda(tmp_path, monkeypatch):
 
 
 def test_search_device_with_cuda_visible(tmp_path, monkeypatch):
-    """CUDA torch and faiss-cpu: the GPU search needs no Faiss GPU build; a PQ index stays on the CPU."""
+    """CUDA torch and faiss-cpu: the GPU search needs no Faiss GPU build."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     exact = make_index(tmp_path, "cls", n=300)
     assert resolve_search_device("auto", exact) == "cuda" and resolve_search_device("cuda:1", exact) == "cuda:1"
     with pytest.raises(SearchError, match="only 2 CUDA devices"):
         resolve_search_device("cuda:2", exact)
-    from densehybrid.index.engines.faiss_engine import PQConfig
-
-    pq = make_index(tmp_path, "cls", n=300, pq=PQConfig(m=4, nbits=4), seed=1)
-    assert resolve_search_device("auto", pq) == "cpu" and resolve_search_device("cuda", pq) == "cpu"
     assert search_devices("cuda") == ["cuda:0", "cuda:1"] and search_devices("cuda:1") == ["cuda:1"]
 
 

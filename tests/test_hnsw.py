@@ -146,18 +146,7 @@ def test_a_graph_of_other_rows_fails_the_load(tmp_path):
         load_index(index.path, checksums=False)
 
 
-def test_pq_and_hnsw_together_are_refused(tmp_path):
-    from densehybrid.index.engines.faiss_engine import PQConfig
-
-    spec = EncoderSpec(kind="cls", dim=16, gated_dim=0, lam=1.0, model_id="random", weights_hash="r")
-    values = clustered(300, 16, seed=12)
-    docs = [Document(f"doc{i}", "", "") for i in range(300)]
-    with pytest.raises(ValueError, match="choose one"):
-        build.build_from_arrays(tmp_path / "both", spec, Encoded(values, None), docs, pq=PQConfig(4), ann=SMALL)
-    assert not (tmp_path / "both").exists()
-
-
-def test_the_cli_refuses_pq_with_hnsw(tmp_path):
+def test_the_cli_refuses_the_retired_pq_flag(tmp_path):
     from densehybrid.cli.main import app
 
     corpus = tmp_path / "corpus.jsonl"

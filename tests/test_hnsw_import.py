@@ -10,7 +10,6 @@ from support.fake_encoder import FakeEncoder
 from densehybrid.cli.main import app
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
-from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import ANN_FILE, HNSWConfig, HnswStore
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
@@ -41,7 +40,7 @@ def test_import_writes_the_graph_of_the_stored_rows_and_rescores_from_them(tmp_p
         np.testing.assert_allclose(found.scores[q], exact[q, rows], rtol=1e-5, atol=1e-5)  # exact scores
 
 
-def test_cli_import_takes_the_ann_options_and_refuses_pq_with_hnsw(tmp_path, fake_models):
+def test_cli_import_takes_the_ann_options_and_refuses_the_retired_pq_flag(tmp_path, fake_models):
     write_pyserini(tmp_path / "pyserini")
     base = ["index", "import", str(tmp_path / "pyserini"), "--model", "fake:cls"]
     result = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "ix"), "--ann", "hnsw", "--hnsw-m", "8",
@@ -52,14 +51,6 @@ def test_cli_import_takes_the_ann_options_and_refuses_pq_with_hnsw(tmp_path, fak
     refused = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "both"), "--ann", "hnsw", "--pq", "8"])
     assert refused.exit_code == 2 and "--pq" in refused.output, refused.output
     assert not (tmp_path / "both").exists()
-
-
-def test_import_refuses_pq_and_hnsw_together(tmp_path):
-    write_pyserini(tmp_path / "pyserini")
-    with pytest.raises(ValueError, match="two first stages"):
-        import_pyserini(tmp_path / "pyserini", tmp_path / "ix", FakeEncoder("cls").spec,
-                        ImportOptions(pq=PQConfig(m=8), ann=SMALL))
-    assert not (tmp_path / "ix").exists()
 
 
 def test_approx_gip_scans_active_columns_and_ignores_ef_search(tmp_path):

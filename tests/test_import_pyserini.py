@@ -178,21 +178,3 @@ def test_cli_import_then_verify(tmp_path, fake_models):
     (tmp_path / "ix" / "vectors.faiss").write_bytes(bytes(data))
     damaged = CliRunner().invoke(app, ["index", "verify", str(tmp_path / "ix")])
     assert damaged.exit_code == 2 and "checksum" in " ".join(damaged.output.split()), damaged.output
-
-
-def test_pq_import_keeps_its_own_first_stage_beside_the_one_copy(tmp_path, source):
-    from densehybrid.encoder.base import Encoded
-    from densehybrid.index.search.params import SearchParams
-    from densehybrid.index.engines.faiss_engine import PQConfig
-
-    directory, xb = source
-    out = import_pyserini(directory, tmp_path / "ix", FakeEncoder("cls").spec, ImportOptions(pq=PQConfig(m=8)))
-    index = load_index(out)
-    assert index.first_stage_kind == "pq" and index.manifest["first_stage"]["type"] == "pq"
-    np.testing.assert_array_equal(index.values, xb.astype(np.float16))  # the rows stay exact
-    pq = faiss.read_index(str(out / "first_stage.faiss"))
-    xq = xb[:4] + 0.01 * np.random.default_rng(3).standard_normal(xb[:4].shape).astype(np.float32)
-    found = index.search(Encoded(xq, None), SearchParams(k=10))
-    _, want = pq.search(xq, 10)
-    for got, rows in zip(found.rows, want):
-        assert set(got) == set(rows.tolist())  # PQ codes trained on the stored rows

@@ -13,7 +13,7 @@ import pytest
 from densehybrid.bench.servers.start import LiveServer
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.building.build import BuildOptions, build_index
-from densehybrid.index.engines.ivf_engine import IVFConfig
+from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.search.filters import Eq
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
@@ -159,10 +159,10 @@ def _corpus(path):
 
 
 @pytest.fixture(scope="module")
-def ivf_dir(tmp_path_factory):
+def pqscan_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("live-recall")
-    ann = IVFConfig(nlist=32, nprobe=1, train_size=COUNT)
-    return build_index(FakeEncoder("cls"), _corpus(root / "corpus.jsonl"), root / "ivf",
+    ann = PQScanConfig(rescore=10, margin=0.0, train_size=COUNT)
+    return build_index(FakeEncoder("cls"), _corpus(root / "corpus.jsonl"), root / "pqscan",
                        BuildOptions(progress=False, ann=ann, target_recall=0.95, fields={"lang": "keyword"}))
 
 
@@ -174,44 +174,44 @@ def _brute_recall(xq, values, found, keep=None):
     return np.array([len(set(f) & set(e)) / 10 for f, e in zip(found, exact)])
 
 
-def test_the_first_stage_recall_is_the_share_of_a_brute_force_top_10_it_finds(ivf_dir):
-    index = load_index(ivf_dir)
+def test_the_first_stage_recall_is_the_share_of_a_brute_force_top_10_it_finds(pqscan_dir):
+    index = load_index(pqscan_dir)
     searcher = Searcher(index)
     queries = FakeEncoder("cls").encode(QUERIES, "query")
-    for params, keep in [(SearchParams(nprobe=1), None), (SearchParams(nprobe=4), None),
-                         (SearchParams(nprobe=1, filter=Eq("lang", "de")), index.select(Eq("lang", "de")).mask)]:
+    for params, keep in [(SearchParams(margin=0.0), None), (SearchParams(margin=0.05), None),
+                         (SearchParams(margin=0.0, filter=Eq("lang", "de")), index.select(Eq("lang", "de")).mask)]:
         found = [r[:10] for r in searcher.search(queries, params.but(k=10)).rows]
         want = _brute_recall(queries.values, index.values, found, keep)
         np.testing.assert_allclose(searcher.first_stage_recall(queries, params), want)
-    wide = searcher.first_stage_recall(queries, SearchParams(nprobe=32))
-    narrow = searcher.first_stage_recall(queries, SearchParams(nprobe=1))
-    assert wide.mean() == 1.0 and narrow.mean() < 1.0  # every list scanned: exact; one list: not
+    wide = searcher.first_stage_recall(queries, SearchParams(margin=10.0))
+    narrow = searcher.first_stage_recall(queries, SearchParams(margin=0.0))
+    assert wide.mean() == 1.0 and narrow.mean() < 1.0  # every row rescored: exact; the 10 best codes: not
 
 
 # -- served: live recall of real searches against an offline comparison of the same answers ---------------------
 @pytest.fixture(scope="module")
-def client(ivf_dir):
-    settings = ServiceSettings(index=ivf_dir, max_wait_ms=1, writes=False, recall_sample_rate=1.0,
+def client(pqscan_dir):
+    settings = ServiceSettings(index=pqscan_dir, max_wait_ms=1, writes=False, recall_sample_rate=1.0,
                                recall_sample_queue=1000, api_key="sekret")
-    with LiveServer(create_app(settings, encoder=FakeEncoder("cls"), index=load_index(ivf_dir))) as live, \
+    with LiveServer(create_app(settings, encoder=FakeEncoder("cls"), index=load_index(pqscan_dir))) as live, \
             httpx.Client(base_url=live.url, timeout=30, headers={"Authorization": "Bearer sekret"}) as http:
         yield http
 
 
-def test_live_recall_in_info_and_metrics_equals_an_offline_comparison_of_the_answers(client, ivf_dir):
+def test_live_recall_in_info_and_metrics_equals_an_offline_comparison_of_the_answers(client, pqscan_dir):
     before = client.get("/info").json()["index"]["first_stage"]["live_recall"]["count"]
-    answers = [client.post("/search", json={"query": q, "k": 10, "nprobe": 1}).json()["results"] for q in QUERIES]
+    answers = [client.post("/search", json={"query": q, "k": 10, "margin": 0}).json()["results"] for q in QUERIES]
     vectors = np.array(client.post("/encode", json={"texts": QUERIES, "role": "query"}).json()["vectors"], np.float32)
-    rows = load_index(ivf_dir).rows_of
+    rows = load_index(pqscan_dir).rows_of
     found = [rows([hit["id"] for hit in hits]) for hits in answers]
-    offline = _brute_recall(vectors, load_index(ivf_dir).values, found)
+    offline = _brute_recall(vectors, load_index(pqscan_dir).values, found)
     _wait_for(lambda: client.get("/info").json()["index"]["first_stage"]["live_recall"]["count"] >= before + len(QUERIES))
     live = client.get("/info").json()["index"]["first_stage"]["live_recall"]
     assert before == 0 and live["count"] == len(QUERIES) and live["dropped"] == live["failed"] == 0
     assert live["unfiltered"]["recall_at_10"] == pytest.approx(offline.mean(), abs=1e-4)
     assert offline.mean() < 1.0  # a first stage that loses rows: the comparison can tell
     metrics = client.get("/metrics").text
-    assert f"densehybrid_first_stage_recall_count{{filtered=\"false\",first_stage=\"ivf\",index=" in metrics
+    assert f"densehybrid_first_stage_recall_count{{filtered=\"false\",first_stage=\"pqscan\",index=" in metrics
     assert 'densehybrid_first_stage_recall_samples_total{outcome="measured"}' in metrics
     assert "densehybrid_first_stage_recall_target 0.95" in metrics
 
@@ -228,10 +228,10 @@ def test_a_filtered_search_is_measured_over_the_rows_it_keeps(client):
 
 
 def test_recall_on_demand_on_texts_and_on_sampled_rows(client):
-    narrow = client.post("/recall", json={"queries": QUERIES[:20], "nprobe": 1}).json()
-    wide = client.post("/recall", json={"queries": QUERIES[:20], "nprobe": 32}).json()
+    narrow = client.post("/recall", json={"queries": QUERIES[:20], "margin": 0}).json()
+    wide = client.post("/recall", json={"queries": QUERIES[:20], "margin": 10}).json()
     assert narrow["queries"] == 20 and len(narrow["per_query"]) == 20 and narrow["recall_at_10"] < 1.0
-    assert wide["recall_at_10"] == wide["exact_top10"] == 1.0 and wide["first_stage"]["nprobe"] == 32
+    assert wide["recall_at_10"] == wide["exact_top10"] == 1.0 and wide["first_stage"]["margin"] == 10
     rows = client.post("/recall", json={"sample": 50, "filter": {"field": "lang", "eq": "en"}}).json()
     assert rows["queries"] == 50 and "sampled rows" in rows["source"] and 0 < rows["recall_at_10"] <= 1
     asked = client.post("/recall", json={"queries": QUERIES[:5], "recall": 0.9}).json()["first_stage"]

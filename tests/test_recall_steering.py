@@ -18,7 +18,7 @@ from densehybrid.service.recall_steering import RecallSteering, next_breadth, st
 from densehybrid.service.settings import ServiceSettings
 
 from support.fake_encoder import FakeEncoder
-from test_live_recall import QUERIES, ivf_dir  # noqa: F401 - the module's index fixture, reused
+from test_live_recall import QUERIES, pqscan_dir  # noqa: F401 - the module's index fixture, reused
 
 CURVE = [{"breadth": b, "recall_at_10": r, "exact_top10": r, "p50_ms": 1.0, "p99_ms": 1.0}
          for b, r in [(16, 0.8), (32, 0.9), (64, 0.95), (128, 0.98), (256, 0.99)]]
@@ -86,20 +86,20 @@ def test_a_first_stage_without_a_target_cannot_be_steered():
     with pytest.raises(ValueError, match="no breadth to steer"):
         RecallSteering({"type": "flat"}, lambda k, v: None, WIDE)
     with pytest.raises(ValueError, match="no breadth to steer"):
-        RecallSteering({"type": "ivf", "nprobe": 4, "calibration": {"target_recall": None, "curve": CURVE}},
+        RecallSteering({"type": "pqscan", "margin": 0.04, "calibration": {"target_recall": None, "curve": CURVE}},
                        lambda k, v: None, WIDE)
 
 
-def test_served_a_too_narrow_default_is_widened_by_the_live_recall(ivf_dir):  # noqa: F811
-    index = load_index(ivf_dir)
+def test_served_a_too_narrow_default_is_widened_by_the_live_recall(pqscan_dir):  # noqa: F811
+    index = load_index(pqscan_dir)
     first_stage = index.manifest["first_stage"]
-    first_stage["nprobe"] = 1  # as if the build had chosen one list: too narrow for these queries
+    first_stage["margin"] = 0.0  # as if the build had chosen no margin: too narrow for these queries
     first_stage["calibration"]["target_recall"] = 0.99
-    settings = ServiceSettings(index=ivf_dir, max_wait_ms=1, writes=False, recall_sample_rate=1.0,
+    settings = ServiceSettings(index=pqscan_dir, max_wait_ms=1, writes=False, recall_sample_rate=1.0,
                                recall_steering=True, recall_steering_samples=10, recall_sample_queue=1000)
     with LiveServer(create_app(settings, encoder=FakeEncoder("cls"), index=index)) as live, \
             httpx.Client(base_url=live.url, timeout=30) as client:
-        assert client.get("/info").json()["index"]["first_stage"]["steering"]["breadth"] == 1
+        assert client.get("/info").json()["index"]["first_stage"]["steering"]["breadth"] == 0
         deadline = time.monotonic() + 60
         while not client.get("/info").json()["index"]["first_stage"]["steering"]["changes"]:
             assert time.monotonic() < deadline, "never steered"
@@ -111,13 +111,13 @@ def test_served_a_too_narrow_default_is_widened_by_the_live_recall(ivf_dir):  # 
             time.sleep(0.5)
         info = client.get("/info").json()["index"]["first_stage"]
         change = info["steering"]["changes"][0]
-        assert change["from"] == 1 and change["to"] > 1 and change["live_recall_at_10"] < 0.99
-        assert info["nprobe"] == info["steering"]["breadth"] >= change["to"]
+        assert change["from"] == 0 and change["to"] > 0 and change["live_recall_at_10"] < 0.99
+        assert info["margin"] == info["steering"]["breadth"] >= change["to"]
         answer = client.post("/search", json={"query": QUERIES[0], "k": 10}).json()["index"]["first_stage"]
-        assert answer["nprobe"] == info["steering"]["breadth"]  # the next answers search, and state, the new default
+        assert answer["margin"] == info["steering"]["breadth"]  # the next answers search, and state, the new default
         metrics = client.get("/metrics").text
         assert 'densehybrid_first_stage_breadth_changes_total{direction="wider"}' in metrics
-        gauge = float(metrics.split('densehybrid_first_stage_breadth{knob="nprobe"} ')[1].split()[0])
+        gauge = float(metrics.split('densehybrid_first_stage_breadth{knob="margin"} ')[1].split()[0])
         # samples still queued may step it again meanwhile: the gauge is one of the breadths it stepped to
         steps = client.get("/info").json()["index"]["first_stage"]["steering"]["changes"]
         assert any(np.isclose(gauge, step["to"]) for step in steps), (gauge, steps)

@@ -76,9 +76,8 @@ def test_bench_scale_draws_mixture_distractors_when_asked(tmp_path):
     np.save(fit, _unit_rows(600, 16, seed=10))
     result = CliRunner().invoke(app, ["bench", "--scale", "3000", "--scale-dim", "16", "--scale-fit", str(fit),
                                       "--scale-fit-components", "6", "--out", str(out), "--threads", "1",
-                                      "--no-scale-serve", "--scale-ann", "ivf", "--scale-ivf-lists", "8",
-                                      "--scale-nprobe", "8"])
+                                      "--no-scale-serve"])
     assert result.exit_code == 0, result.output
     (run,) = json.loads(out.read_text())
     assert run["vectors"].startswith("600 real vectors + 6-component Gaussian-mixture-fitted distractors")
-    assert run["ivf_sweep"][0]["exact_top10"] == 1.0  # every list scanned
+    assert run["flat"]["recall_at_10"] >= 0.99 and run["hnsw_sweep"]

@@ -18,14 +18,14 @@ from support.fake_encoder import FakeEncoder
 from support.waiting import wait_until
 
 
-def make_index(tmp_path, kind, n=300, *, gated=24, dense=8, lam=1.0, seed=0, pq=None):
+def make_index(tmp_path, kind, n=300, *, gated=24, dense=8, lam=1.0, seed=0):
     dim = gated + dense if kind != "cls" else dense
     gated = gated if kind in ("dhr", "fusion", "dlr") else 0
     spec = EncoderSpec(kind=kind, dim=dim, gated_dim=gated, lam=lam, vocab_size=30522, dlr_dim=gated or None,
                        model_id="random", weights_hash="r")
     values, gates = random_rows(n, dim, gated, seed=seed, dtype=np.float32)
     docs = [Document(f"doc{i}", "", f"text {i}") for i in range(n)]
-    out = build.build_from_arrays(tmp_path / f"{kind}-{seed}", spec, Encoded(values, gates), docs, lam=lam, pq=pq)
+    out = build.build_from_arrays(tmp_path / f"{kind}-{seed}", spec, Encoded(values, gates), docs, lam=lam)
     return load_index(out)
 
 
@@ -124,16 +124,6 @@ def test_query_of_another_layout_is_refused(tmp_path):
         Searcher(index).search(Encoded(np.zeros((1, index.spec.dim), np.float32)))
 
 
-def test_pq_first_stage_finds_most_exact_neighbours(tmp_path):
-    index = make_index(tmp_path, "cls", n=400, dense=16, pq=faiss_engine.PQConfig(m=8, nbits=4, train_size=400))
-    assert index.manifest["first_stage"]["type"] == "pq"
-    queries = queries_for(index, 10)
-    got = Searcher(index).search(queries, SearchParams(k=10))
-    brute = numpy_topk(queries.values.astype(np.float64) @ index.values.astype(np.float64).T, 10)[1]
-    overlap = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.rows, brute)])
-    assert overlap >= 0.5
-
-
 def test_explain_splits_the_search_score(tmp_path):
     encoder = FakeEncoder("fusion")
     texts = ["alpha beta gamma", "beta delta", "gamma gamma epsilon alpha", "zeta"]
@@ -176,11 +166,6 @@ def test_single_thread_setting_stays_in_the_calling_thread():
     main_view.set()
     worker.join(5)
     assert seen == [before + 1, True] and faiss.omp_get_max_threads() == before
-
-
-def test_pq_with_too_few_passages_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="at least 256 passages"):
-        make_index(tmp_path, "cls", n=100, dense=16, pq=faiss_engine.PQConfig(m=4, nbits=8))
 
 
 @pytest.mark.parametrize("run,scans", [(6, 1), (40, 2)])  # a run through the cut that ends within the probe, one past it

@@ -64,7 +64,8 @@ def test_an_exact_first_stage_keeps_any_recall():
         assert stated(first_stage, SearchParams(), asked) == {**first_stage, "reached": True, "recall_at_10": 1.0}
 
 
-@pytest.mark.parametrize("first_stage, named", [({"type": "pq"}, "pq first stage"),
+@pytest.mark.parametrize("first_stage, named", [({"type": "milvus", "index_type": "IVF_FLAT", "nprobe": 16},
+                                                 "Milvus IVF_FLAT collection"),
                                                 ({"type": "milvus", "index_type": "HNSW", "ef_search": 64},
                                                  "Milvus HNSW collection"),
                                                 ({"type": "hnsw", "ef_search": 64}, "not calibrated")])
@@ -96,7 +97,7 @@ def test_a_smaller_rescore_than_measured_states_no_recall_and_a_larger_one_does(
 
 
 def test_an_uncalibrated_approximate_first_stage_says_so():
-    for first_stage in ({"type": "pq"}, {"type": "hnsw", "ef_search": 64},
+    for first_stage in ({"type": "hnsw", "ef_search": 64},
                         {"type": "milvus", "index_type": "IVF_FLAT", "nprobe": 16}):
         answer = stated(first_stage, SearchParams(nprobe=32))
         assert answer["recall_at_10"] is None and "not calibrated" in answer["recall_note"]

@@ -21,9 +21,8 @@ from support.runtime import running, warmed_up
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.building import build
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
-from densehybrid.index.engines.faiss_engine import PQConfig
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
-from densehybrid.index.engines.ivf_engine import IVFConfig
+from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection, rows_below
 from densehybrid.index.search.params import SearchParams
@@ -49,9 +48,8 @@ def _import(root: Path, count: int, dim: int = DIM, seed: int = 0, **options) ->
 @pytest.fixture(scope="module")
 def indexes(tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
-    return {"flat": _import(root, 3000), "pq": _import(root, 3000, seed=1, pq=PQConfig(m=4, train_size=3000)),
-            "hnsw": _import(root, 3000, seed=2, ann=HNSWConfig(m=8, ef_construction=32)),
-            "ivf": _import(root, 3000, seed=3, ann=IVFConfig(nlist=16, nprobe=2))}
+    return {"flat": _import(root, 3000), "hnsw": _import(root, 3000, seed=2, ann=HNSWConfig(m=8, ef_construction=32)),
+            "pqscan": _import(root, 3000, seed=3, ann=PQScanConfig(train_size=3000))}
 
 
 def test_rows_below_is_a_prefix_mask_within_a_filter():
@@ -67,19 +65,19 @@ def test_rows_below_is_a_prefix_mask_within_a_filter():
     assert rows_below(20, 10).everything
 
 
-@pytest.mark.parametrize("kind,engine", [("flat", None), ("flat", "torch"), ("pq", None), ("hnsw", None)])
+@pytest.mark.parametrize("kind,engine", [("flat", None), ("flat", "torch"), ("pqscan", None), ("hnsw", None)])
 def test_a_row_limited_search_is_the_top_of_those_rows(indexes, kind, engine):
     index = load_index(indexes[kind])
     searcher = Searcher(index, engine=engine)
     xq = np.random.default_rng(5).standard_normal((3, DIM)).astype(np.float32)
     found = searcher.search(Encoded(xq, None), SearchParams(k=10, row_limit=700))
     assert all(0 <= r < 700 for rows in found.rows for r in rows) and all(len(r) == 10 for r in found.rows)
-    if kind != "pq":  # exact first stages (and the graph's exact scan of few kept rows): brute force
-        scores = xq @ np.asarray(index.values[:700], np.float32).T
-        want = np.argsort(-scores, axis=1, kind="stable")[:, :10]
-        for q in range(3):
-            got = np.asarray(found.scores[q])
-            np.testing.assert_allclose(got, scores[q, want[q]], rtol=1e-3, atol=1e-3)  # float16 ties may swap rows
+    # exact first stages (and the approximate ones' exact scan of few kept rows): brute force
+    scores = xq @ np.asarray(index.values[:700], np.float32).T
+    want = np.argsort(-scores, axis=1, kind="stable")[:, :10]
+    for q in range(3):
+        got = np.asarray(found.scores[q])
+        np.testing.assert_allclose(got, scores[q, want[q]], rtol=1e-3, atol=1e-3)  # float16 ties may swap rows
     with pytest.raises(SearchError, match="row_limit"):
         searcher.search(Encoded(xq, None), SearchParams(row_limit=0))
 
@@ -100,9 +98,8 @@ def _warm_up_selections(index_dir: Path, encoder=None) -> list:
     return seen
 
 
-@pytest.mark.parametrize("kind", ["flat", "pq"])
-def test_the_warm_up_scans_the_first_rows_only(indexes, kind):
-    (selection,) = _warm_up_selections(indexes[kind])
+def test_the_warm_up_scans_the_first_rows_only(indexes):
+    (selection,) = _warm_up_selections(indexes["flat"])
     assert selection.count == startup.WARMUP_ROWS < 3000
     assert selection.mask[:startup.WARMUP_ROWS].all() and not selection.mask[startup.WARMUP_ROWS:].any()
 
@@ -111,8 +108,8 @@ def test_the_warm_up_walks_a_graph_unrestricted(indexes):
     assert _warm_up_selections(indexes["hnsw"]) == [None]  # a walk reads about ef_search rows anyway
 
 
-def test_the_warm_up_scans_inverted_lists_unrestricted(indexes):
-    assert _warm_up_selections(indexes["ivf"]) == [None]  # a scan reads about nprobe lists anyway
+def test_the_warm_up_scans_product_codes_unrestricted(indexes):
+    assert _warm_up_selections(indexes["pqscan"]) == [None]  # the codes are in memory; it rescores about rescore rows
 
 
 def test_a_tiny_index_warms_up_over_all_its_rows(tmp_path):

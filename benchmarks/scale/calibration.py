@@ -1,7 +1,7 @@
 """The recall an approximate first stage states against the recall unseen queries get, in domain and from another.
 
     python -m densehybrid.bench.scale.calibration INDEX --scratch DIR --tune NAME=FILE ... --report NAME=FILE ...
-        [--ann pqscan hnsw ivf] [--shares 1 0.5 0.25] [--out calibration.json]
+        [--ann pqscan hnsw] [--shares 1 0.5 0.25] [--out calibration.json]
 
 INDEX is a built index of the corpus (its vectors and texts are read, its own encoder encodes every query). For
 each ``--ann`` choice the first stage is built over the same rows in ``DIR/<choice>`` as a build builds it

@@ -25,7 +25,7 @@ import numpy as np
 from densehybrid.bench.scale.calibration import miss, measured_at
 from densehybrid.index.building import calibrate, calibration, calibration_queries, other_domain
 from densehybrid.index.building.commands import encoder_for_index
-from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.search.params import BREADTH
 from densehybrid.index.served.loading import load_index
 from densehybrid.index.served.stated_recall import Point, choose
@@ -56,9 +56,6 @@ def record_of(directory: Path, name: str) -> dict:
         rows = directory / hnsw_engine.NODE_ROWS
         extra = {"node_rows": hnsw_engine.NODE_ROWS, "nodes": graph.ntotal} if rows.exists() else {}
         return {**hnsw_engine.HNSWConfig().to_dict(), **extra}
-    if name == "ivf":
-        lists = faiss.read_index(str(directory / ivf_engine.ANN_FILE))
-        return ivf_engine.IVFConfig(nlist=lists.nlist).to_dict()
     codes = faiss.read_index(str(directory / pqscan_engine.ANN_FILE))
     return pqscan_engine.PQScanConfig(m=codes.pq.M).to_dict()
 

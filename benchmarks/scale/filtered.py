@@ -1,7 +1,7 @@
 """Filtered search at scale: recall@10 against the exact top 10 of the rows a filter keeps, and latency.
 
     python -m densehybrid.bench.scale.filtered INDEX --queries NAME=FILE[:N] [--queries ...]
-        [--ann pqscan hnsw ivf] [--breadth hnsw=256 --breadth ivf=1024] [--scratch DIR]
+        [--ann pqscan hnsw] [--breadth hnsw=256 --breadth pqscan=0.08] [--scratch DIR]
         [--label after] [--out filtered.json]
 
 INDEX is a built index: its own encoder encodes each group's queries, its ``vectors.faiss`` holds the rows.
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("index", type=Path)
     parser.add_argument("--queries", action="append", required=True, help="NAME=FILE[:N], a BEIR queries.jsonl")
     parser.add_argument("--ann", nargs="*", default=list(CHOICES), choices=list(CHOICES))
-    parser.add_argument("--breadth", action="append", default=[], help="NAME=VALUE: ef_search, nprobe or margin")
+    parser.add_argument("--breadth", action="append", default=[], help="NAME=VALUE: ef_search or margin")
     parser.add_argument("--scratch", type=Path, default=Path("filtered-scratch"))
     parser.add_argument("--label", default="run")
     parser.add_argument("--out", type=Path, default=Path("filtered.json"))

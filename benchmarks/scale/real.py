@@ -1,6 +1,6 @@
 """Approximate first stages on a real corpus: recall@10 against the exact scan, per query group, and latency.
 
-    python -m densehybrid.bench.scale.real INDEX --queries NAME=FILE[:N] [--queries ...] [--ann hnsw ivf pqscan]
+    python -m densehybrid.bench.scale.real INDEX --queries NAME=FILE[:N] [--queries ...] [--ann hnsw pqscan]
         [--peers hnswlib usearch] [--out real.json] [--plot real.png]
 
 INDEX is a built or imported index of the corpus with the exact flat first stage; its own encoder encodes
@@ -35,7 +35,6 @@ from densehybrid.index.building import calibrate, calibration, calibration_queri
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.engines import faiss_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
-from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.engines.pqscan_engine import PQScanConfig
 from densehybrid.index.jsonl import read_jsonl
 from densehybrid.index.search.params import BREADTH
@@ -45,7 +44,7 @@ from densehybrid.index.served.stated_recall import recall_at
 log = logging.getLogger(__name__)
 
 K = calibration.K
-CHOICES = {"hnsw": HNSWConfig(), "ivf": IVFConfig(), "pqscan": PQScanConfig()}
+CHOICES = {"hnsw": HNSWConfig(), "pqscan": PQScanConfig()}
 PEER_GRID = (16, 32, 64, 128, 256, 512, 1024, 2048)
 FIXED_RESCORE = (50, 100, 200, 300, 500, 1000)
 
@@ -59,7 +58,7 @@ def read_queries(spec: str) -> tuple[str, list[str]]:
 
 
 def _plain(breadth) -> int | float:
-    """A breadth as JSON writes it: an ef or nprobe stays whole, a margin keeps its fraction."""
+    """A breadth as JSON writes it: an ef stays whole, a margin keeps its fraction."""
     number = float(breadth)
     return int(number) if number.is_integer() else number
 

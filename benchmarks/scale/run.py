@@ -4,20 +4,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 from densehybrid.bench.scale import report
 from densehybrid.bench.scale.search import ScaleConfig, run_scale
-from densehybrid.index.engines.ivf_engine import IVFConfig
 
 log = logging.getLogger(__name__)
 
 
 def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | None, out: Path,
-               plot: Path | None, threads: int | None, serve: bool = True, ann: str = "hnsw",
-               ivf: IVFConfig = IVFConfig(), nprobe_sweep: list[int] | None = None,
-               fit_components: int = 1) -> list[dict]:
+               plot: Path | None, threads: int | None, serve: bool = True, fit_components: int = 1) -> list[dict]:
     if threads:
         import faiss
 
@@ -25,14 +21,12 @@ def run_scales(sizes: list[int], dim: int, fit: Path | None, queries: Path | Non
     work = out.parent / f"{out.stem}-data"  # removed after each size
     results = []
     for n in sizes:
-        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work, ann=ann, ivf=ivf,
-                             fit_components=fit_components)
-        config = replace(config, nprobe_sweep=tuple(nprobe_sweep)) if nprobe_sweep else config
+        config = ScaleConfig(rows=n, dim=dim, fit=fit, real_queries=queries, work=work, fit_components=fit_components)
         result = run_scale(config)
         if serve:  # fresh server processes of their own: the numbers above are of this one
             from densehybrid.bench.scale.serve import run_serving
 
-            result["serving"] = run_serving(n, work, config.ivf if ann == "ivf" else config.hnsw, config.seed)
+            result["serving"] = run_serving(n, work, config.hnsw, config.seed)
         results.append(result)
     report.print_table(results)
     report.write_json(results, out)

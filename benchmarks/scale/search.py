@@ -1,10 +1,9 @@
 """``densehybrid bench --scale N``: N seeded passage vectors in Pyserini's layout, made an index, searched.
 
 Steps, each timed: write the vectors as a Pyserini Faiss directory (``index`` + ``docid``); import it
-(``index import --ann hnsw``, or ``--ann ivf`` with ``ann="ivf"``: the float16 copy, and an HNSW
-graph or inverted lists built from it); open it (time and resident memory); then batch-1 first
-stages: the exact flat scan, and the graph at each ``ef_search`` of the sweep (the lists at each
-``nprobe``) with its candidates rescored exactly. Recall is of the final top-10 against the
+(``index import --ann hnsw``: the float16 copy, and an HNSW graph built from it); open it (time and
+resident memory); then batch-1 first stages: the exact flat scan, and the graph at each ``ef_search`` of
+the sweep with its candidates rescored exactly. Recall is of the final top-10 against the
 exhaustive top-10 over the same float16 rows, and ``exact_top10`` the share of queries whose final
 top-10 is that top-10 entire. The numbers are of this machine and this run; on a shared machine,
 compare ratios within one run only.
@@ -28,9 +27,8 @@ from densehybrid.bench.scale import pyserini_layout, vectors
 from densehybrid.bench.timing import summarize
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.building.importing import ImportOptions, import_pyserini
-from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
-from densehybrid.index.engines.ivf_engine import IVFConfig
 from densehybrid.index.served.loading import load_index
 
 log = logging.getLogger(__name__)
@@ -46,9 +44,6 @@ class ScaleConfig:
     seed: int = 0
     ef_sweep: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
     hnsw: HNSWConfig = field(default_factory=HNSWConfig)
-    ann: str = "hnsw"  # the approximate first stage imported and swept: hnsw or ivf
-    ivf: IVFConfig = field(default_factory=IVFConfig)
-    nprobe_sweep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     work: Path = Path("runs/scale")
     fit: Path | None = None  # real passage vectors (.npy) the distractors are drawn to match
     fit_components: int = 1  # of the Gaussian mixture fitted to ``fit`` the distractors are drawn from
@@ -121,14 +116,13 @@ def _per_query(fn, xq: np.ndarray) -> tuple[dict, np.ndarray]:
 
 
 def _publish(config: ScaleConfig, pyserini: Path, out: Path, dim: int) -> dict:
-    """``index import --ann hnsw|ivf`` of the Pyserini directory: the float16 copy, then the graph or the
-    lists built from it."""
+    """``index import --ann hnsw`` of the Pyserini directory: the float16 copy, then the graph built from it."""
     started = time.perf_counter()
     spec = EncoderSpec(kind="cls", dim=dim, gated_dim=0, lam=1.0, model_id="bench-scale",
                        weights_hash="synthetic")
-    import_pyserini(pyserini, out, spec, ImportOptions(ann=config.ivf if config.ann == "ivf" else config.hnsw))
+    import_pyserini(pyserini, out, spec, ImportOptions(ann=config.hnsw))
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"import_s": round(time.perf_counter() - started, 2), config.ann: manifest["first_stage"]}
+    return {"import_s": round(time.perf_counter() - started, 2), "hnsw": manifest["first_stage"]}
 
 
 def _hnsw_sweep(config: ScaleConfig, index, xq: np.ndarray, want: np.ndarray) -> list[dict]:
@@ -139,19 +133,6 @@ def _hnsw_sweep(config: ScaleConfig, index, xq: np.ndarray, want: np.ndarray) ->
         candidates = np.sort(np.random.default_rng(ef).choice(config.rows, min(config.rows, max(ef, K)), replace=False))
         rescore, _ = _per_query(lambda q: hnsw_engine.rescore(q, index.values, candidates[None], K)[1], xq)
         sweep.append({"ef_search": ef, "first_stage": timing, "rescore_ms_p50": rescore["p50"],
-                      "recall_at_10": _recall(rows, want), "exact_top10": _exact_share(rows, want)})
-    return sweep
-
-
-def _ivf_sweep(config: ScaleConfig, index, xq: np.ndarray, want: np.ndarray) -> list[dict]:
-    lists = ivf_engine.IvfStore(index.ann, index.values, None, index.doc_ids, config.ivf.nprobe)
-    rescored = min(config.rows, max(ivf_engine.MIN_RESCORED, K))
-    candidates = np.sort(np.random.default_rng(0).choice(config.rows, rescored, replace=False))
-    rescore, _ = _per_query(lambda q: hnsw_engine.rescore(q, index.values, candidates[None], K)[1], xq)
-    sweep = []
-    for nprobe in config.nprobe_sweep:
-        timing, rows = _per_query(lambda q: lists.inner_product(q, K, nprobe=nprobe)[1], xq)
-        sweep.append({"nprobe": nprobe, "first_stage": timing, "rescore_ms_p50": rescore["p50"],
                       "recall_at_10": _recall(rows, want), "exact_top10": _exact_share(rows, want)})
     return sweep
 
@@ -171,17 +152,16 @@ def run_scale(config: ScaleConfig) -> dict:
     want = exhaustive_top(xq, index.values)
     flat = faiss_engine.FaissStore(index.faiss, index.values, None, index.doc_ids)
     flat_timing, flat_rows = _per_query(lambda q: flat.inner_product(q, K)[1], xq)
-    sweep = (_ivf_sweep if config.ann == "ivf" else _hnsw_sweep)(config, index, xq, want)
+    sweep = _hnsw_sweep(config, index, xq, want)
     result = {"rows": config.rows, "dim": config.dim, "queries": len(xq), "vectors": source, "k": K,
               "pyserini_write_s": round(written_s, 2), **built, **opened, "files": _sizes(work / "index"),
               "pyserini_files": _sizes(pyserini), "flat": {"first_stage": flat_timing,
                                                            "recall_at_10": _recall(flat_rows, want)},
-              f"{config.ann}_sweep": sweep, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+              "hnsw_sweep": sweep, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     del index, flat
     if not config.keep_files:
         shutil.rmtree(work, ignore_errors=True)
-    knob = "nprobe" if config.ann == "ivf" else "ef_search"
-    log.info("scale %d x %d: flat p50 %.2f ms; %s %s", config.rows, config.dim, flat_timing["p50"], config.ann,
-             ", ".join(f"{knob} {s[knob]}: {s['first_stage']['p50']:.2f} ms r@10 {s['recall_at_10']:.3f}"
+    log.info("scale %d x %d: flat p50 %.2f ms; hnsw %s", config.rows, config.dim, flat_timing["p50"],
+             ", ".join(f"ef_search {s['ef_search']}: {s['first_stage']['p50']:.2f} ms r@10 {s['recall_at_10']:.3f}"
                        for s in sweep))
     return result

@@ -75,8 +75,8 @@ def _import(source: Path, out: Path, spec, ann: AnnConfig | None) -> float:
 
 
 def run_serving(rows: int, work: Path, ann: AnnConfig = HNSWConfig(), seed: int = 0, queries: int = 40) -> dict:
-    """The model alone, then over ``rows`` imported rows: flat, then HNSW or IVF as ``ann`` says (see the module
-    docstring); the last under ``hnsw`` or ``ivf``."""
+    """The model alone, then over ``rows`` imported rows: flat, then the approximate first stage ``ann`` (see the
+    module docstring), under its type."""
     spec = load_model(SERVE_MODEL, "cpu").spec
     work = work / f"serve-n{rows}-d{spec.dim}"
     shutil.rmtree(work, ignore_errors=True)

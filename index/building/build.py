@@ -26,9 +26,8 @@ from densehybrid.index.storage import documents, durable, files
 from densehybrid.index.search import fusion
 from densehybrid.index.building import (calibrate, calibration, calibration_queries, fusion_choice, lambda_auto,
                                          shards)
-from densehybrid.index.building.first_stage import AnnConfig, check_first_stage
+from densehybrid.index.building.first_stage import AnnConfig
 from densehybrid.index.storage.documents import Document
-from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.jsonl import read_jsonl, read_numbered_jsonl
 from densehybrid.index.storage.payload import Payload, PayloadBuilder, PayloadError
@@ -43,8 +42,7 @@ class BuildOptions:
     shard_size: int = 4096
     # None: the encoder's own λ; a float: that λ; "auto": chosen from the corpus (index.lambda_auto)
     lam: float | str | None = None
-    pq: faiss_engine.PQConfig | None = None
-    # an approximate first stage (an HNSW graph or an IVF beside the exact rows); None: the exact flat scan
+    # an approximate first stage (an HNSW graph or product codes beside the exact rows); None: the exact flat scan
     ann: AnnConfig | None = None
     # the element type of the one stored copy of the vectors (index.storage.vectors): float16 or float32
     values_dtype: str = "float16"
@@ -198,7 +196,6 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
     fusion_info = fusion_record(encoder.spec, options.fusion_method)
-    check_first_stage(options.pq, options.ann)
     # read first: a field whose type changes halfway through the corpus fails before any encoding
     payload = (read_payload(corpus, None if options.fields_from_metadata else options.fields)
                if options.fields or options.fields_from_metadata else None)
@@ -211,7 +208,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
     _encode_shards(encode_shard, corpus, work, options, total)
     spec = encoder.spec
     # the approximate first stage is built after the texts are staged: its calibration cuts queries from them
-    staged, first_stage = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim, pq=options.pq,
+    staged, first_stage = shards.assemble(work, count=total, dim=spec.dim, gated_dim=spec.gated_dim,
                                           values_dtype=options.values_dtype)
     if options.ann is not None:
         first_stage = _calibrated(encoder, staged, options)
@@ -233,7 +230,7 @@ def build_index(encoder: Encoder, corpus: str | Path, out: str | Path, options: 
 
 
 def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs: Sequence[Document], *,
-                      lam: float | None = None, pq: faiss_engine.PQConfig | None = None, name: str | None = None,
+                      lam: float | None = None, name: str | None = None,
                       shard_size: int = 65_536, fusion_method: str = "lambda", payload: Payload | None = None,
                       values_dtype: str = "float16", ann: AnnConfig | None = None) -> Path:
     """Publish an index of already-encoded passages (tests, benchmarks, imports from other tools);
@@ -245,13 +242,12 @@ def build_from_arrays(out: str | Path, spec: EncoderSpec, encoded: Encoded, docs
         raise IndexWriteError(f"{out}: already exists")
     if len(encoded) != len(docs) or encoded.values.shape[1] != spec.dim:
         raise ValueError(f"{len(encoded)} vectors of dim {encoded.values.shape[1]} for {len(docs)} docs, spec dim {spec.dim}")
-    check_first_stage(pq, ann)
     work = shards.work_dir(out)
     shards.start(work, {"encoder": spec.to_dict(), "from": "arrays"}, resume=False)
     for number, s in enumerate(range(0, len(docs), shard_size)):
         part = encoded[s:s + shard_size]
         shards.write_shard(work, number, part.values, part.gates, docs[s:s + shard_size])
-    staged, first_stage = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim, pq=pq,
+    staged, first_stage = shards.assemble(work, count=len(docs), dim=spec.dim, gated_dim=spec.gated_dim,
                                           values_dtype=values_dtype, ann=ann)
     fields_info = {}
     if payload is not None and payload.columns:

@@ -22,7 +22,7 @@ from densehybrid.index.building import calibration, held_out
 from densehybrid.index.building.calibration import exact_top
 from densehybrid.index.building.calibration_queries import CalibrationQueries
 from densehybrid.index.building.first_stage import AnnConfig
-from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.search.params import BREADTH
 from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.storage.vectors import VECTORS, open_vectors
@@ -33,8 +33,7 @@ EXACT_TIMED = 20  # queries the exact scan is timed on (a full scan each: at mil
 # the breadths measured, by first stage (capped by each engine's own maximum)
 GRIDS = {"hnsw": (16, 32, 64, 128, 256, 512, 1024, 2048),
          # up to 1: the code-score error of unnormalised rows (a DLR's lexical values) is several tenths of |q|
-         "pqscan": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0),
-         "ivf": tuple(2 ** i for i in range(11))}
+         "pqscan": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0)}
 
 
 def exact_scan_ms(staged: Path, values: np.ndarray, xq: np.ndarray) -> float:
@@ -50,7 +49,7 @@ def exact_scan_ms(staged: Path, values: np.ndarray, xq: np.ndarray) -> float:
 
 
 def store_of(staged: Path, record: dict, values: np.ndarray):
-    """The served store of the staged first stage ``record`` (a graph, lists or codes beside ``values``), with
+    """The served store of the staged first stage ``record`` (a graph or codes beside ``values``), with
     the flat index of the staged ``vectors.faiss`` for its exact scans when there is one."""
     count, dim = values.shape
     kind = record["type"]
@@ -59,10 +58,6 @@ def store_of(staged: Path, record: dict, values: np.ndarray):
         graph = hnsw_engine.read_ann(staged / hnsw_engine.ANN_FILE, record.get("nodes", count), dim)
         nodes = np.load(staged / record["node_rows"]) if record.get("node_rows") else None
         return hnsw_engine.HnswStore(graph, values, None, (), record["ef_search"], nodes, flat=flat)
-    if kind == "ivf":
-        config = ivf_engine.IVFConfig.from_dict(record)
-        return ivf_engine.IvfStore(ivf_engine.read_ivf(staged / ivf_engine.ANN_FILE, count, dim, config), values,
-                                   None, (), config.nprobe, flat=flat)
     config = pqscan_engine.PQScanConfig.from_dict(record)
     return pqscan_engine.PQScanStore(pqscan_engine.read_pqscan(staged / pqscan_engine.ANN_FILE, count, dim, config),
                                      values, None, (), config.rescore, config.margin, flat=flat)
@@ -78,8 +73,7 @@ def flat_of(staged: Path, values: np.ndarray):
 def grid(record: dict, count: int) -> list[float]:
     """The breadths measured for ``record``'s first stage over ``count`` rows."""
     kind = record["type"]
-    cap = {"hnsw": hnsw_engine.MAX_EF_SEARCH, "pqscan": pqscan_engine.MAX_MARGIN,
-           "ivf": int(record.get("nlist", 1))}[kind]
+    cap = {"hnsw": hnsw_engine.MAX_EF_SEARCH, "pqscan": pqscan_engine.MAX_MARGIN}[kind]
     return sorted({min(b, cap) for b in GRIDS[kind]})
 
 

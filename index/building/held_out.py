@@ -1,12 +1,12 @@
 """An approximate first stage built without some rows, searched, then completed with them.
 
-A calibration query cut from a passage of the corpus lies on that passage's row: a graph walk or the probed
-lists that reach it reach its neighbours too, which are its exact top 10, so a structure that holds the row
-measures a recall no unseen query gets. :func:`build` therefore builds the graph, the lists or the codes
-without the rows the queries were cut from (and trains them without those rows), hands back a store that
-searches that structure as a served search does (candidates rescored exactly), and ``finish`` adds the
-held-out rows and writes the file: the graph gets them as its last nodes (``node_rows`` maps nodes to rows),
-the lists get them with their rows as ids, and the codes get them in their places (code i is row i again).
+A calibration query cut from a passage of the corpus lies on that passage's row: a graph walk that reaches it
+reaches its neighbours too, which are its exact top 10, so a structure that holds the row measures a recall no
+unseen query gets. :func:`build` therefore builds the graph or the codes without the rows the queries were cut
+from (and trains them without those rows), hands back a store that searches that structure as a served search
+does (candidates rescored exactly), and ``finish`` adds the held-out rows and writes the file: the graph gets
+them as its last nodes (``node_rows`` maps nodes to rows), the codes get them in their places (code i is row i
+again).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.building import ann, ivf, pqscan
+from densehybrid.index.building import ann, pqscan
 from densehybrid.index.building.first_stage import AnnConfig
 from densehybrid.index.building.row_chunks import without
-from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.search.vector_store import VectorStore
 
 
@@ -41,8 +41,6 @@ def build(values: np.ndarray, directory: Path, config: AnnConfig, held: np.ndarr
     kept = without(np.arange(len(values), dtype=np.int64), held)
     if isinstance(config, hnsw_engine.HNSWConfig):
         return _graph(values, directory, config, held, kept)
-    if isinstance(config, ivf_engine.IVFConfig):
-        return _lists(values, directory, config, held)
     return _codes(values, directory, config, held, kept)
 
 
@@ -53,18 +51,6 @@ def _graph(values, directory, config, held, kept) -> HeldOut:
     def finish() -> dict:
         ann.add_rows(index, values, held, config)
         return ann.save_hnsw(index, directory, config, np.concatenate([kept, held]))
-
-    return HeldOut(store, config.to_dict(), finish)
-
-
-def _lists(values, directory, config, held) -> HeldOut:
-    index, config = ivf.build_ivf(values, config, skip=held)
-    store = ivf_engine.IvfStore(index, values, None, (), config.nprobe)
-
-    def finish() -> dict:
-        ivf.add_rows(index, values, held)
-        faiss.write_index(index, str(Path(directory) / ivf_engine.ANN_FILE))
-        return config.to_dict()
 
     return HeldOut(store, config.to_dict(), finish)
 

@@ -29,9 +29,7 @@ from densehybrid.encoder.checksums import sha256_file
 from densehybrid.index.building import calibrate, calibration_queries, shards
 from densehybrid.index.building.calibration import DEFAULT_TARGET
 from densehybrid.index.building.build import read_corpus, read_payload
-from densehybrid.index.building.first_stage import (AnnConfig, check_first_stage,
-                                                   write_vectors_and_first_stage)
-from densehybrid.index.engines import faiss_engine
+from densehybrid.index.building.first_stage import AnnConfig, write_vectors_and_first_stage
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
@@ -49,8 +47,7 @@ _CHUNK_ROWS = 65_536
 class ImportOptions:
     corpus: Path | None = None
     values_dtype: str = "float16"
-    pq: faiss_engine.PQConfig | None = None
-    ann: AnnConfig | None = None  # an HNSW graph or IVF first stage (index.building.ann, .ivf), rescored exactly
+    ann: AnnConfig | None = None  # an HNSW graph or product codes (index.building.ann, .pqscan), rescored exactly
     name: str | None = None
     overwrite: bool = False
     fields: tuple[str, ...] = ()
@@ -136,7 +133,7 @@ def _source_record(source: PyseriniIndex) -> dict:
 
 def _write_vectors(source: PyseriniIndex, staged: Path, options: ImportOptions) -> dict:
     """The one copy of the vectors: the source file itself for float32, else converted in a stream."""
-    if options.values_dtype == "float32" and options.pq is None:
+    if options.values_dtype == "float32":
         try:
             os.link(source.index_file, staged / VECTORS)
         except OSError:
@@ -145,7 +142,7 @@ def _write_vectors(source: PyseriniIndex, staged: Path, options: ImportOptions) 
     parts = (source.rows[s:s + _CHUNK_ROWS] for s in range(0, len(source.rows), _CHUNK_ROWS))
     # an approximate first stage is built once the texts are staged (its calibration cuts queries from them)
     return write_vectors_and_first_stage(staged, parts, count=len(source.rows), dim=source.rows.shape[1],
-                                         values_dtype=options.values_dtype, pq=options.pq)
+                                         values_dtype=options.values_dtype)
 
 
 def _documents(source: PyseriniIndex, corpus: Path | None) -> Iterator[tuple[int, Document]]:
@@ -189,7 +186,6 @@ def import_pyserini(directory: str | os.PathLike, out: str | os.PathLike, spec: 
     out = Path(out)
     if out.exists() and not options.overwrite:
         raise IndexWriteError(f"{out}: already exists (use --overwrite to replace it)")
-    check_first_stage(options.pq, options.ann)
     source = read_pyserini(directory)
     check_dims(source, spec)
     work = shards.work_dir(out)

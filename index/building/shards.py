@@ -23,7 +23,6 @@ import numpy as np
 
 from densehybrid.index.storage.documents import Document, write_docs
 from densehybrid.index.storage.durable import fsync_files
-from densehybrid.index.engines import faiss_engine
 from densehybrid.index.errors import IndexWriteError
 from densehybrid.index.building.first_stage import AnnConfig, write_vectors_and_first_stage
 from densehybrid.index.storage.files import GATES, VALUES, write_doc_ids
@@ -97,7 +96,7 @@ def iter_shard_docs(work: Path) -> Iterator[Document]:
                 yield Document(*json.loads(line))
 
 
-def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engine.PQConfig | None,
+def assemble(work: Path, *, count: int, dim: int, gated_dim: int,
              values_dtype: str = "float16", ann: AnnConfig | None = None) -> tuple[Path, dict]:
     """Concatenate the shards into ``work/index`` (everything but the manifest) -> (that directory,
     the manifest's ``first_stage`` entry)."""
@@ -106,7 +105,7 @@ def assemble(work: Path, *, count: int, dim: int, gated_dim: int, pq: faiss_engi
         shutil.rmtree(staged)
     staged.mkdir()
     first_stage = write_vectors_and_first_stage(staged, iter_shard_arrays(work, VALUES), count=count, dim=dim,
-                                                values_dtype=values_dtype, pq=pq, ann=ann)
+                                                values_dtype=values_dtype, ann=ann)
     if gated_dim:
         write_rows(staged / GATES, iter_shard_arrays(work, GATES), (count, gated_dim), np.uint8)
     doc_ids = [d.id for d in iter_shard_docs(work)]

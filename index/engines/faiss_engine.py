@@ -1,4 +1,4 @@
-"""The Faiss engine: build the first stage (FlatIP or PQ), search it fast, and :class:`FaissStore`.
+"""The Faiss engine: search the exact flat first stage fast, and :class:`FaissStore`.
 
 Faiss runs on the CPU only: the GPU engine is :mod:`densehybrid.index.engines.torch_engine`
 (exact torch matmul + top-k), because the faiss-gpu-cu12 wheels carry no sm_90 kernels and a
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -35,52 +34,11 @@ log = logging.getLogger(__name__)
 BATCHED_BLAS_THRESHOLD = 16 * 768
 
 
-@dataclass(frozen=True)
-class PQConfig:
-    """IndexPQ first stage (as in the DHR paper's PQ rows): ``m`` sub-quantizers of ``nbits`` each."""
-
-    m: int
-    nbits: int = 8
-    train_size: int = 65_536
-    seed: int = 1234
-
-    def to_dict(self) -> dict:
-        return {"type": "pq", "m": self.m, "nbits": self.nbits, "train_size": self.train_size, "seed": self.seed}
-
-
-def new_index(dim: int, pq: PQConfig | None = None) -> faiss.Index:
-    """An empty inner-product index of ``dim`` dims: IndexFlatIP, or IndexPQ when ``pq`` is given."""
-    if pq is None:
-        return faiss.IndexFlatIP(dim)
-    if dim % pq.m:
-        raise ValueError(f"PQ needs dim ({dim}) divisible by m ({pq.m})")
-    return faiss.IndexPQ(dim, pq.m, pq.nbits, faiss.METRIC_INNER_PRODUCT)
-
-
 def train_sample(n: int, size: int, seed: int) -> np.ndarray:
     """Sorted row numbers of a seeded sample of ``size`` of ``n`` rows to train codes on (deterministic)."""
     if n <= size:
         return np.arange(n)
     return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
-
-
-def train(index: faiss.Index, xt: np.ndarray, pq: PQConfig) -> None:
-    """Train a PQ index on ``xt (T, dim)`` float32; single-threaded so the codebooks are reproducible."""
-    if len(xt) < 2 ** pq.nbits:
-        raise ValueError(f"PQ with {pq.nbits} bits needs at least {2 ** pq.nbits} passages to train, got {len(xt)}; "
-                         "use fewer --pq-nbits or the exact FlatIP first stage")
-    index.pq.cp.seed = pq.seed
-    with omp_threads(1):
-        index.train(np.ascontiguousarray(xt, dtype=np.float32))
-
-
-def first_stage_description(index: faiss.Index) -> str:
-    return "pq" if isinstance(index, faiss.IndexPQ) else "flat_ip"
-
-
-def exact(index: faiss.Index) -> bool:
-    """A flat index over the stored rows (float32 IndexFlat or float16 scalar quantizer): it takes ID selectors."""
-    return isinstance(index, (faiss.IndexFlat, faiss.IndexScalarQuantizer))
 
 
 @contextlib.contextmanager
@@ -129,32 +87,24 @@ def exact_over(xq: np.ndarray, read_rows, kept: np.ndarray, k: int) -> tuple[np.
 
 
 def search_kept(index: faiss.Index, xq: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`search` over the rows ``mask`` (N,) keeps only, exactly: the top ``k`` of those rows.
-
-    A flat index skips the other rows through an ID selector (no distance is computed for them);
-    IndexPQ takes no selector, so the kept rows are decoded and scored against the query (the
-    inner product with the decoded vector is the PQ score).
-    """
-    if exact(index):
-        bits = np.packbits(mask, bitorder="little")
-        selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
-        scores, rows = search(index, xq, k, faiss.SearchParameters(sel=selector))
-        return gip.sort_by_score(scores, rows, k)
-    return exact_over(np.ascontiguousarray(xq, dtype=np.float32), index.reconstruct_batch, np.flatnonzero(mask), k)
+    """:func:`search` of the flat ``index`` over the rows ``mask`` (N,) keeps only, exactly: the top ``k`` of
+    those rows. The other rows are skipped through an ID selector (no distance is computed for them)."""
+    bits = np.packbits(mask, bitorder="little")
+    selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
+    scores, rows = search(index, xq, k, faiss.SearchParameters(sel=selector))
+    return gip.sort_by_score(scores, rows, k)
 
 
 class FaissStore(HostRows, VectorStore):
-    """A local index on the CPU: Faiss (``faiss_index``, FlatIP or PQ over the N rows) for the first stage,
-    numpy over the rows of :class:`HostRows` for the rerank."""
+    """A local index on the CPU: Faiss's exact scan (``faiss_index``, the flat index of the N rows) for the first
+    stage, numpy over the rows of :class:`HostRows` for the rerank."""
+
+    first_stage = "flat"
 
     def __init__(self, faiss_index: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids):
         super().__init__(values, gates, doc_ids)
         self.faiss = faiss_index
         tune_blas()
-
-    @property
-    def first_stage(self) -> str:
-        return "pq" if isinstance(self.faiss, faiss.IndexPQ) else "flat"
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:

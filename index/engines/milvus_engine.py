@@ -89,15 +89,12 @@ def call(uri: str, what: str, fn: Callable, *args, **kwargs):
 
 def vector_index(first_stage: dict) -> dict:
     """``add_index`` arguments of a collection's vectors for a local index's first stage: Milvus's own HNSW
-    with the graph's ``M`` and ``efConstruction`` for an ``hnsw`` index, its IVF with the lists' ``nlist``
-    for an ``ivf`` one (IVF_SQ8 for 8-bit codes; Milvus has no float16 lists, so IVF_FLAT for ``fp16``),
-    else FLAT (exact: also for ``pqscan``, a scan of every row, which Milvus answers exactly); metric IP."""
+    with the graph's ``M`` and ``efConstruction`` for an ``hnsw`` index, else FLAT (exact: also for ``pqscan``,
+    a scan of every row, which Milvus answers exactly); metric IP. Collections exported with Milvus's IVF
+    earlier still serve (:class:`MilvusStore`)."""
     if first_stage.get("type") == "hnsw":
         return {"index_type": "HNSW", "metric_type": "IP",
                 "params": {"M": int(first_stage["m"]), "efConstruction": int(first_stage["ef_construction"])}}
-    if first_stage.get("type") == "ivf":
-        return {"index_type": "IVF_SQ8" if first_stage["encoding"] == "sq8" else "IVF_FLAT", "metric_type": "IP",
-                "params": {"nlist": int(first_stage["nlist"])}}
     return {"index_type": "FLAT", "metric_type": "IP"}
 
 

@@ -46,10 +46,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.index.engines.faiss_engine import search as faiss_search
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
 from densehybrid.index.engines.host import HostRows
+from densehybrid.index.engines.pqscan_shards import ShardedScan
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.gip import sort_by_score
@@ -104,8 +104,14 @@ def is_pqscan(first_stage: dict) -> bool:
 def read_pqscan(path: Path, count: int, dim: int, config: PQScanConfig) -> faiss.Index:
     """The codes at ``path``, repacked for the fast scan; ValueError naming the problem when they are not
     ``count`` rows of ``dim`` in ``config.m`` 4-bit codes."""
+    return fast_scan(read_codes(path, count, dim, config))
+
+
+def read_codes(path: Path, count: int, dim: int, config: PQScanConfig, flags: int = 0) -> faiss.IndexPQ:
+    """The codes at ``path`` as written (``flags``: Faiss's read flags, e.g. to map them); ValueError as
+    :func:`read_pqscan`."""
     try:
-        index = faiss.read_index(str(path))
+        index = faiss.read_index(str(path), flags)
     except RuntimeError as exc:
         raise ValueError(f"not a readable Faiss index ({str(exc).splitlines()[0]})") from exc
     if not isinstance(index, faiss.IndexPQ):
@@ -113,7 +119,7 @@ def read_pqscan(path: Path, count: int, dim: int, config: PQScanConfig) -> faiss
     if index.ntotal != count or index.d != dim or index.pq.M != config.m or index.pq.nbits != NBITS:
         raise ValueError(f"holds {index.ntotal} rows of {index.d} dims in {index.pq.M} codes of {index.pq.nbits} "
                          f"bits, expected {count} of {dim} in {config.m} of {NBITS}")
-    return fast_scan(index)
+    return index
 
 
 def fast_scan(codes: faiss.IndexPQ) -> faiss.IndexIVFPQFastScan:
@@ -144,16 +150,17 @@ def margin_floor(scores: np.ndarray, depth: int, margin: np.ndarray, found: np.n
     return (kth if found is None else np.minimum(kth, found)) - margin
 
 
-def within_margin(scores: np.ndarray, rows: np.ndarray, depth: int, margin: np.ndarray, least: int,
+def within_margin(scores: np.ndarray, rows: np.ndarray, depth: int, margin: np.ndarray, least: int | np.ndarray,
                   found: np.ndarray | None = None) -> np.ndarray:
     """``rows`` (Q, C), ordered by code ``scores`` (Q, C) descending, kept where the score is above
-    :func:`margin_floor` or among the first ``least``: the rest (and missing rows) -1."""
+    :func:`margin_floor` or among the first ``least`` (or (Q, 1), per query): the rest (and missing rows) -1."""
     keep = (scores >= margin_floor(scores, depth, margin, found)[:, None]) | (np.arange(scores.shape[1]) < least)
     return np.where(keep & (rows >= 0), rows, -1)
 
 
 class PQScanStore(HostRows, VectorStore):
-    """Product-code candidates, exact scores: ``scan`` (:func:`fast_scan` of the N rows' codes), values (N, dim)
+    """Product-code candidates, exact scores: ``scan`` (:func:`fast_scan` of the N rows' codes, or a
+    ``pqscan_shards.ShardedScan`` of them in row shards, which spreads one query's scan over threads), values (N, dim)
     float16 or float32, the stored copy memory-mapped, gates (N, G) uint8 or None; by default a query rescores
     the candidates within ``margin`` × |q| of its k-th best code score, and at least ``rescore``; ``flat`` the
     Faiss flat index of the stored copy, for the exact scans (None: numpy reads ``values``). ``code_rows`` maps
@@ -164,8 +171,14 @@ class PQScanStore(HostRows, VectorStore):
     def __init__(self, scan: faiss.Index, values: np.ndarray, gates: np.ndarray | None, doc_ids, rescore: int,
                  margin: float = 0.0, flat: faiss.Index | None = None, code_rows: np.ndarray | None = None):
         super().__init__(values, gates, doc_ids)
-        self.scan, self.rescore, self.margin, self.flat = scan, rescore, margin, flat
+        self.scan = scan if isinstance(scan, ShardedScan) else ShardedScan(scan)  # one list: scanned in place
+        self.rescore, self.margin, self.flat = rescore, margin, flat
         self.code_rows = code_rows  # (codes,) the row of each code (None: code i is row i)
+
+    @property
+    def scan_threads(self) -> int:
+        """The threads one query's code scan may spread over (its shards)."""
+        return self.scan.threads
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
                       margin: float | None = None, rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -179,7 +192,8 @@ class PQScanStore(HostRows, VectorStore):
         least = max(rescore or self.rescore, depth)
         margin = self.margin if margin is None else margin
         rows, spilled = self._candidates(xq, depth, least, margin * np.linalg.norm(xq, axis=1),
-                                         max(least, MAX_WITHIN_MARGIN) if margin > 0 else least, selection)
+                                         max(least, MAX_WITHIN_MARGIN) if margin > 0 else least + tie_room(least),
+                                         selection)
         scores, found = rescore_kept(xq, self.values, rows, depth)
         if spilled.any():  # more rows within the margin than the widest scan returns: every kept row, exactly
             scores[spilled], found[spilled] = kept_exactly(xq[spilled], self.values, selection, depth, self.flat)
@@ -189,14 +203,16 @@ class PQScanStore(HostRows, VectorStore):
                     selection: Selection | None) -> tuple[np.ndarray, np.ndarray]:
         """(Q, C) the rows to rescore (-1: none): the kept rows above :func:`margin_floor` (``width`` (Q,)
         below the ``depth``-th best kept code score, or the exact one of the ``least`` best codes where lower)
-        and the ``least`` best; (Q,) whether a query has more kept rows above its floor than ``MAX_RESCORE``
-        (its rows are then all -1).
+        and the ``least`` best (with every row tied with the ``least``-th: which of a tied run a scan returns
+        is its own choice, so the run is taken whole, the same rows for any number of shards); (Q,) whether a
+        query has more kept rows above its floor than ``MAX_RESCORE`` (its rows are then all -1).
 
         A filter's dropped rows are skipped inside the scan, so its best code scores are the kept rows' best
         and the kept rows are treated exactly as an unfiltered search treats every row. When the lowest
         score returned is still above the floor, one wider scan looks further."""
         count = self.scan.ntotal if selection is None else selection.count
         scores, rows = self._scan(xq, min(wanted, count), selection)
+        least = (scores >= scores[:, min(least, scores.shape[1]) - 1:][:, :1]).sum(1, keepdims=True)  # (Q, 1)
         found = None  # without a margin the ``least`` best codes are rescored, and only those
         if width.any():
             found = rescore_kept(xq, self.values, np.where(np.arange(rows.shape[1]) < least, rows, -1), depth)[0][:, -1]
@@ -214,16 +230,23 @@ class PQScanStore(HostRows, VectorStore):
         return rows, spilled
 
     def _scan(self, xq: np.ndarray, wanted: int, selection: Selection | None) -> tuple[np.ndarray, np.ndarray]:
-        """The best ``wanted`` code scores (Q, wanted) of the rows ``selection`` keeps, and their rows (-1: none)."""
+        """The best ``wanted`` code scores (Q, wanted) of the rows ``selection`` keeps, and their rows (-1: none, or
+        tied with the score after the cut: the same rows for any number of shards)."""
         params = faiss.SearchParametersIVF(nprobe=1)
         if selection is not None and not selection.everything:
             kept = selection.mask if self.code_rows is None else selection.mask[np.maximum(self.code_rows, 0)]
             bits = np.packbits(kept, bitorder="little")
             params.sel = faiss.IDSelectorBitmap(len(kept), faiss.swig_ptr(bits))  # bits outlive the search
-        scores, rows = faiss_search(self.scan, xq, wanted, params)
+        scores, rows = self.scan.search(xq, wanted, params)
         if self.code_rows is not None:
             rows = np.where(rows >= 0, self.code_rows[np.maximum(rows, 0)], -1)
         return scores, rows
+
+
+def tie_room(least: int) -> int:
+    """Code scores past the ``least`` best a scan without a margin returns, so that a run of equal scores across
+    the ``least``-th usually ends inside the list (a run reaching its end is dropped: ``pqscan_shards``)."""
+    return max(8, least // 4)
 
 
 def rescore_kept(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

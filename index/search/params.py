@@ -29,7 +29,7 @@ class SearchParams:
     ``dhr``/``fusion`` (``index.search.fusion``; None: the index's, or the raw λ sum when ``lam`` is
     given), with ``dense_weight`` and ``rrf_k`` (None: the index's); ``filter`` an
     ``index.search.filters`` node (hashable: equal filters search together); ``ef_search`` the graph
-    breadth of an ``hnsw`` first stage, ``nprobe`` the lists an ``ivf`` one scans, ``margin`` how far below
+    breadth of an ``hnsw`` first stage, ``nprobe`` the lists a Milvus IVF collection scans, ``margin`` how far below
     the k-th best code score a ``pqscan`` one still rescores and ``rescore`` the least it rescores (None: the
     index's; other first stages ignore them);
     ``row_limit``

@@ -13,9 +13,8 @@ log = logging.getLogger(__name__)
 def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
     """Where the first stage and rerank run, chosen apart from the encoder's device.
 
-    ``auto``/None: a GPU when torch sees one and the index is exact (FlatIP), else the CPU.
-    ``cpu``: Faiss on the CPU. ``cuda``/``cuda:N``: exact torch search on that GPU (all GPUs
-    for ``cuda``); a PQ index has no exact rows to scan there, so it stays on the CPU (logged).
+    ``auto``/None: a GPU when torch sees one, else the CPU. ``cpu``: Faiss on the CPU.
+    ``cuda``/``cuda:N``: exact torch search on that GPU (all GPUs for ``cuda``).
     """
     import torch
 
@@ -23,9 +22,8 @@ def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
         if requested not in (None, "", "auto", "cpu"):
             log.info("a Milvus collection searches in Milvus (search device %s ignored)", requested)
         return "cpu"
-    pq = index.first_stage_kind == "pq"
     if requested in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() and not pq else "cpu"
+        return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cpu":
         return "cpu"
     if not requested.startswith("cuda"):
@@ -35,7 +33,4 @@ def resolve_search_device(requested: str | None, index: StoredIndex) -> str:
     index_no = requested.partition(":")[2]
     if index_no and (not index_no.isdigit() or int(index_no) >= torch.cuda.device_count()):
         raise SearchError(f"search device {requested!r}: only {torch.cuda.device_count()} CUDA devices exist")
-    if pq:
-        log.info("the index's first stage is PQ: it searches on the CPU (search device %s ignored)", requested)
-        return "cpu"
     return requested

@@ -49,15 +49,16 @@ class Searcher:
     ``device`` "cpu": Faiss first stage, numpy rerank. A CUDA device (see :func:`~densehybrid.index.search.search_device.resolve_search_device`):
     values and gates are copied to the GPU(s) once and the exact first stage and every rerank run there
     in torch (float16 storage unless ``float16=False``). ``engine="torch"`` runs that same torch path on
-    the CPU (float32): the CPU twin tests use it.
+    the CPU (float32): the CPU twin tests use it. ``scan_threads``: the threads a pqscan first stage may spread
+    one query's code scan over.
     """
 
     def __init__(self, index: StoredIndex, *, device: str = "cpu", float16: bool | None = None,
-                 engine: Literal["faiss", "torch"] | None = None):
+                 engine: Literal["faiss", "torch"] | None = None, scan_threads: int = 1):
         self.index = index
         self.spec = index.spec
         self.device = device
-        self.store: VectorStore = index.vector_store(device, float16=float16, engine=engine)
+        self.store: VectorStore = index.vector_store(device, float16=float16, engine=engine, scan_threads=scan_threads)
         self._exact: VectorStore | None = None if self.store.first_stage != "flat" else self.store
 
     @property
@@ -66,7 +67,8 @@ class Searcher:
 
     @property
     def first_stage(self) -> str:
-        """What answers a first stage ``ip``: ``flat`` (exact), ``pq``, ``hnsw`` or ``ivf`` (approximate)."""
+        """What answers a first stage ``ip``: ``flat`` (exact), ``hnsw`` or ``pqscan`` (approximate), or a
+        Milvus collection's ``hnsw`` or ``ivf``."""
         return self.store.first_stage
 
     @property

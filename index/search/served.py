@@ -197,11 +197,12 @@ class StoredIndex(ServedIndex, Protocol):
 
     @property
     def first_stage_kind(self) -> str:
-        """``flat_ip``, ``pq``, ``hnsw``, ``ivf`` or ``milvus``: which search devices can serve it."""
+        """``flat_ip``, ``hnsw``, ``pqscan`` or ``milvus``: which search devices can serve it."""
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
-                     engine: str | None = None) -> VectorStore:
-        """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``)."""
+                     engine: str | None = None, scan_threads: int = 1) -> VectorStore:
+        """The store a searcher on ``device`` scans (``engine`` forces ``faiss`` or ``torch``; ``scan_threads``: the
+        threads a pqscan first stage may spread one query's code scan over)."""
 
     def exact_store(self) -> VectorStore:
         """A store whose ``ip`` first stage scans every row exactly: the reference a measured recall is taken

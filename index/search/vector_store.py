@@ -24,8 +24,9 @@ from densehybrid.index.search.filters import Selection
 
 @runtime_checkable
 class VectorStore(Protocol):
-    #: what answers ``inner_product``: ``flat`` (exact), ``pq``, ``hnsw`` or ``ivf`` (approximate candidates;
-    #: ``inner_product`` then also takes ``ef_search``, the graph breadth, or ``nprobe``, the lists scanned)
+    #: what answers ``inner_product``: ``flat`` (exact), ``hnsw`` or ``pqscan`` (approximate candidates;
+    #: ``inner_product`` then also takes ``ef_search``, the graph breadth, or ``margin`` and ``rescore``), or a
+    #: Milvus collection's ``hnsw`` or ``ivf`` (``nprobe``, the lists scanned)
     first_stage: str
 
     def inner_product(self, xq: np.ndarray, depth: int,

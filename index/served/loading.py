@@ -12,30 +12,25 @@ import numpy as np
 
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.encoder.prompts import PromptError, Prompts
-from densehybrid.index.engines import hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.served.local import IndexFiles
 from densehybrid.index.storage import doc_ids as ids_file
 from densehybrid.index.storage.documents import DOCS
 from densehybrid.index.storage.files import (GATES, MANIFEST, load_array, load_failure, load_fields, load_vectors,
                                              open_docs, read_manifest, verify_files)
+from densehybrid.index.storage.vectors import MMAP
 
 log = logging.getLogger(__name__)
 
 
 def _load_ann(directory: Path, manifest: dict, count: int, dim: int) -> tuple[faiss.Index | None, np.ndarray | None]:
-    """-> (the graph of an hnsw first stage, the lists of an ivf one or the codes of a pqscan one, searched
-    beside the exact rows, the graph's node -> row map or None)."""
+    """-> (the graph of an hnsw first stage or the codes of a pqscan one (as written, memory-mapped: each
+    searcher repacks them for its scan), searched beside the exact rows, the graph's node -> row map or None)."""
     if pqscan_engine.is_pqscan(manifest["first_stage"]):
         path = directory / pqscan_engine.ANN_FILE
         try:
-            return pqscan_engine.read_pqscan(path, count, dim, pqscan_engine.PQScanConfig.from_dict(
-                manifest["first_stage"])), None
-        except (TypeError, ValueError) as exc:
-            raise load_failure(path, str(exc)) from exc
-    if ivf_engine.is_ivf(manifest["first_stage"]):
-        path = directory / ivf_engine.ANN_FILE
-        try:
-            return ivf_engine.read_ivf(path, count, dim, ivf_engine.IVFConfig.from_dict(manifest["first_stage"])), None
+            return pqscan_engine.read_codes(path, count, dim, pqscan_engine.PQScanConfig.from_dict(
+                manifest["first_stage"]), MMAP), None
         except (TypeError, ValueError) as exc:
             raise load_failure(path, str(exc)) from exc
     path = directory / hnsw_engine.ANN_FILE

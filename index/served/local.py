@@ -12,14 +12,14 @@ import numpy as np
 from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
-from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import faiss_engine, hnsw_engine, pqscan_engine
+from densehybrid.index.engines.pqscan_shards import ShardedScan, split_codes
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
 from densehybrid.index.search.searcher import CpuSearch
 from densehybrid.index.search.served import DocumentLookup, ManifestView, StoredIndex
 from densehybrid.index.search.vector_store import VectorStore
-from densehybrid.index.storage.vectors import VECTORS, open_vectors
 
 
 @dataclass(eq=False)
@@ -32,10 +32,10 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     doc_ids: DocIds  # reads like a list of str; the id lookup searches its stored order
     values: np.ndarray
     gates: np.ndarray | None
-    faiss: faiss.Index
+    faiss: faiss.Index  # the exact flat scan of the stored rows
     docs: DocTable
     payload: Payload  # the filterable field columns (none for an index without fields)
-    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``, ``ivf_engine``, ``pqscan_engine``)
+    ann: faiss.Index | None = None  # the approximate first stage (``hnsw_engine``'s graph, ``pqscan_engine``'s codes)
     ann_rows: np.ndarray | None = None  # its node -> row map, once a fold has dropped rows from it
 
     remote = False
@@ -44,8 +44,8 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
     @property
     def first_stage_kind(self) -> str:
         if self.ann is not None:
-            return self.manifest["first_stage"]["type"]  # hnsw, ivf or pqscan
-        return faiss_engine.first_stage_description(self.faiss)
+            return self.manifest["first_stage"]["type"]  # hnsw or pqscan
+        return "flat_ip"
 
     def rows_of(self, doc_ids: Sequence[str]) -> np.ndarray:
         return self.doc_ids.rows_of(doc_ids)
@@ -68,25 +68,21 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
         return self.payload.rows(rows, names)
 
     def exact_store(self) -> VectorStore:
-        """Faiss's exact scan of ``vectors.faiss`` (opened again when the first stage is product codes)."""
-        scan = self.faiss if faiss_engine.exact(self.faiss) else open_vectors(
-            self.path / VECTORS, count=self.count, dim=self.values.shape[1], dtype=str(self.values.dtype))[0]
-        return faiss_engine.FaissStore(scan, self.values, self.gates, self.doc_ids)
+        """Faiss's exact scan of ``vectors.faiss``."""
+        return faiss_engine.FaissStore(self.faiss, self.values, self.gates, self.doc_ids)
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
-                     engine: str | None = None) -> VectorStore:
-        """Faiss on the CPU (its HNSW graph or IVF when the index has one); the exact torch engine on a CUDA
-        device (or on the CPU when asked)."""
+                     engine: str | None = None, scan_threads: int = 1) -> VectorStore:
+        """Faiss on the CPU (its HNSW graph or product codes when the index has one, the codes' scan of one
+        query spread over ``scan_threads``); the exact torch engine on a CUDA device (or on the CPU when asked)."""
         on_gpu = device.startswith("cuda")
         if (engine or ("torch" if on_gpu else "faiss")) == "faiss":
-            flat = self.faiss if faiss_engine.exact(self.faiss) else None  # the approximate stages' exact scans
+            flat = self.faiss  # the approximate stages' exact scans
             if pqscan_engine.is_pqscan(self.manifest["first_stage"]):
                 config = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"])
-                return pqscan_engine.PQScanStore(self.ann, self.values, self.gates, self.doc_ids, config.rescore,
+                scan = ShardedScan(split_codes(self.ann, scan_threads))
+                return pqscan_engine.PQScanStore(scan, self.values, self.gates, self.doc_ids, config.rescore,
                                                  config.margin, flat)
-            if ivf_engine.is_ivf(self.manifest["first_stage"]):
-                nprobe = ivf_engine.IVFConfig.from_dict(self.manifest["first_stage"]).nprobe
-                return ivf_engine.IvfStore(self.ann, self.values, self.gates, self.doc_ids, nprobe, flat)
             if self.ann is not None:
                 ef_search = hnsw_engine.HNSWConfig.from_dict(self.manifest["first_stage"]).ef_search
                 return hnsw_engine.HnswStore(self.ann, self.values, self.gates, self.doc_ids, ef_search,

@@ -112,7 +112,7 @@ class MilvusIndex(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
                  if entities[int(r)][filters.milvus_present(n)]} for r in rows]
 
     def vector_store(self, device: str = "cpu", *, float16: bool | None = None,
-                     engine: str | None = None) -> VectorStore:
+                     engine: str | None = None, scan_threads: int = 1) -> VectorStore:
         """The collection itself: Milvus searches, whatever the search device."""
         if engine not in (None, "faiss"):
             raise SearchError(f"the {engine} search engine needs a local index; a Milvus collection searches in Milvus")

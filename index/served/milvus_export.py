@@ -2,8 +2,8 @@
 
 A collection ``NAME`` holds one entity per index row: ``row`` (INT64 primary key),
 ``doc_id``, ``title``, ``text``, ``vector`` (FLOAT_VECTOR, the exact float32 values of
-the local FlatIP first stage, indexed FLAT with metric IP, or Milvus's HNSW or IVF when the local
-index has an ``hnsw`` or ``ivf`` first stage) and, for gated kinds,
+the local FlatIP first stage, indexed FLAT with metric IP, or Milvus's HNSW when the local
+index has an ``hnsw`` first stage) and, for gated kinds,
 ``gates`` (INT16 array). A companion collection ``NAME__meta`` holds the index manifest
 and the export's progress as JSON, so that a collection alone is enough to serve
 (model identity, λ and dims travel with it; the local directory may be gone). An export
@@ -136,10 +136,6 @@ def export_index(index: IndexFiles, uri: str, collection: str, *, batch_size: in
     and the export continues from there. The record is marked complete last; loading
     refuses a collection whose export has not finished.
     """
-    # the rows exact, not IndexPQ's codes (a pqscan index keeps its exact rows beside its codes)
-    if index.manifest["first_stage"].get("type") not in ("flat_ip", "hnsw", "ivf", "pqscan"):
-        raise IndexAccessError(f"{index.path}: export needs the exact flat_ip first stage (this index has "
-                              f"{index.manifest['first_stage']}); build without --pq")
     pymilvus = load_pymilvus()
     client = client or connect(uri, call_timeout_s=CALL_TIMEOUT_S)
     # what makes a re-run an export of the same index: its files' checksums

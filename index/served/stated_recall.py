@@ -132,7 +132,7 @@ def breadth_for_recall(first_stage: dict, recall: float, limits: BreadthLimits) 
     if knob is None:
         what = f"Milvus {first_stage.get('index_type')} collection" if kind == "milvus" else f"{kind} first stage"
         raise RecallUnavailable(f"this index's {what} has no breadth calibrated for recall: leave recall out, or "
-                                f"serve an index built with --ann pqscan, hnsw or ivf (or --ann flat for an exact scan)")
+                                f"serve an index built with --ann pqscan or hnsw (or --ann flat for an exact scan)")
     calibration = first_stage.get("calibration")
     if calibration is None:
         raise RecallUnavailable(f"this index's {kind} first stage was not calibrated for recall (built before "
@@ -163,7 +163,8 @@ def stated(first_stage: dict, params: SearchParams, asked: RecallBreadth | None 
     """An answer's ``index.first_stage``: the type, the breadth searched with and the recall@10 the build measured
     for such a search (1.0 for an exact scan), or ``recall_at_10`` None with ``recall_note`` saying why; with
     ``asked`` (a request's ``recall``), ``reached`` says whether that breadth keeps it."""
-    answer = {key: value for key, value in first_stage.items() if key != "calibration"}
+    # the server's own settings (its scan threads) are /info's, not an answer's
+    answer = {key: value for key, value in first_stage.items() if key not in ("calibration", "scan_threads")}
     # a Milvus collection's breadths are named as the index holds them (ef_search or nprobe)
     fields = [f for f in ("ef_search", "nprobe") if f in answer] if first_stage["type"] == "milvus" \
         else SEARCH_FIELDS.get(first_stage["type"], ())

@@ -7,9 +7,7 @@ Layout of a published index::
     vectors.faiss   the one copy of the (N, dim) rows: a flat Faiss index (float16 by default, float32
                     by choice) that the exact first stage and the rerank both memory-map (``index.storage.vectors``)
     gates.npy       (N, gated_dim) uint8, only for gated kinds
-    first_stage.faiss   only for a PQ first stage (IndexPQ)
     first_stage.hnsw.faiss  only for an ``hnsw`` first stage: a graph over 8-bit or float16 codes
-    first_stage.ivf.faiss   only for an ``ivf`` first stage: inverted lists of 8-bit or float16 codes
     first_stage.pqscan.faiss  only for a ``pqscan`` first stage: 4-bit product codes of every row, in row order
     first_stage.hnsw.rows.npy  only once a fold has dropped rows from the graph: its node -> row map
     doc_ids.npy     ids in row order (fixed-width UTF-8) and doc_ids.order.npy, the rows in id order
@@ -47,6 +45,7 @@ from densehybrid.index.storage import doc_ids as ids_file
 from densehybrid.index.storage.documents import DOCS, DocTable
 from densehybrid.index.errors import IndexLoadError
 from densehybrid.index.storage.payload import PAYLOAD, Payload, load_payload
+from densehybrid.index.storage.retired import retired_first_stage
 from densehybrid.index.storage.vectors import MMAP, VECTORS, VectorFileError, open_vectors
 
 log = logging.getLogger(__name__)
@@ -61,10 +60,8 @@ FIRST_STAGE = "first_stage.faiss"
 DOC_IDS = ids_file.LEGACY_JSON  # formats 1 and 2
 HNSW_GRAPH = "first_stage.hnsw.faiss"  # read by ``index.engines.hnsw_engine``
 HNSW_NODE_ROWS = "first_stage.hnsw.rows.npy"  # its node -> row map, once a fold has dropped rows from the graph
-IVF_LISTS = "first_stage.ivf.faiss"  # read by ``index.engines.ivf_engine``
 PQSCAN_CODES = "first_stage.pqscan.faiss"  # read by ``index.engines.pqscan_engine``
-ANN_FILES = {"hnsw": HNSW_GRAPH, "ivf": IVF_LISTS, "pqscan": PQSCAN_CODES}  # the approximate first stage's file, by the manifest's type
-_OWN_FIRST_STAGE = ("flat_ip", "hnsw", "ivf", "pqscan")  # first stages of format 2 with no first_stage.faiss
+ANN_FILES = {"hnsw": HNSW_GRAPH, "pqscan": PQSCAN_CODES}  # the approximate first stage's file, by the manifest's type
 # -- writing -----------------------------------------------------------------------------
 
 write_doc_ids = ids_file.write  # the ids in row order: str, or stored keys (a fold copies them as they are)
@@ -131,6 +128,9 @@ def read_manifest(directory: Path) -> dict:
     missing = {"name", "count", "dim", "gated_dim", "lam", "encoder", "files", "first_stage"} - set(manifest)
     if missing:
         raise load_failure(path, f"manifest lacks fields {sorted(missing)}")
+    retired = retired_first_stage(manifest["first_stage"])
+    if retired:
+        raise load_failure(path, retired)
     return manifest
 
 
@@ -138,7 +138,7 @@ def required_files(manifest: dict) -> set[str]:
     if manifest["format_version"] == 1:
         vectors = {VALUES, FIRST_STAGE}
     else:
-        vectors = {VECTORS} | ({FIRST_STAGE} if manifest["first_stage"].get("type") not in _OWN_FIRST_STAGE else set())
+        vectors = {VECTORS}
     ids = {DOC_IDS} if manifest["format_version"] < 3 else {ids_file.IDS, ids_file.ORDER}
     return vectors | ids | {DOCS} | ({GATES} if manifest["gated_dim"] else set())
 
@@ -215,6 +215,4 @@ def load_vectors(directory: Path, manifest: dict, count: int, dim: int) -> tuple
         flat, values = open_vectors(directory / VECTORS, count=count, dim=dim, dtype=dtype)
     except (VectorFileError, ValueError) as exc:
         raise load_failure(directory / VECTORS, str(exc)) from exc
-    if manifest["first_stage"].get("type") in _OWN_FIRST_STAGE:  # a graph or lists are loaded beside (load_ann)
-        return flat, values
-    return _load_faiss(directory / FIRST_STAGE, count, dim), values
+    return flat, values  # a graph or codes are loaded beside (``index.served.loading``)

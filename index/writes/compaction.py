@@ -33,9 +33,9 @@ from densehybrid.index import errors
 from densehybrid.index.served import loading
 from densehybrid.index.storage import durable, files
 
-from densehybrid.index.building import ann, calibration, ivf, pqscan, shards
+from densehybrid.index.building import ann, calibration, pqscan, shards
 from densehybrid.index.building.first_stage import write_checked_vectors, write_first_stage
-from densehybrid.index.engines import faiss_engine, hnsw_engine, ivf_engine, pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.served.local import IndexFiles
 from densehybrid.index.storage.doc_ids import DocIds, encode as encode_ids
 from densehybrid.index.storage.durable import fsync_files
@@ -47,12 +47,6 @@ from densehybrid.index.storage.vectors import VECTORS, open_vectors
 from densehybrid.index.writes import fold_pacing
 from densehybrid.index.writes.fold_pacing import FoldPacer
 from densehybrid.index.writes.wal import fsync_directory
-
-
-def _pq_config(first_stage: dict) -> faiss_engine.PQConfig | None:
-    if first_stage.get("type") != "pq":
-        return None
-    return faiss_engine.PQConfig(**{k: v for k, v in first_stage.items() if k != "type"})
 
 
 def kept_runs(count: int, dropped: np.ndarray) -> list[tuple[int, int]]:
@@ -87,16 +81,6 @@ def _folded_graph(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) 
     return ann.fold_ann(values, staged, base.path, nodes, len(keep), config), rebuilt
 
 
-def _folded_lists(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> tuple[dict, bool]:
-    """The base's inverted lists without its dropped rows, the kept ones renumbered and the written rows
-    added (or trained anew: ``ivf.fold_ivf``) -> (the manifest's ``first_stage`` record, whether trained anew)."""
-    new_row_of = np.full(base.count, -1, np.int64)
-    new_row_of[keep] = np.arange(len(keep))
-    _, values = open_vectors(staged / VECTORS, count=count, dim=base.spec.dim, dtype=str(base.values.dtype))
-    config = ivf_engine.IVFConfig.from_dict(base.manifest["first_stage"])
-    return ivf.fold_ivf(values, staged, base.path, new_row_of, len(keep), config), ivf.must_retrain(count, config)
-
-
 def _folded_codes(base: IndexFiles, staged: Path, keep: np.ndarray, count: int) -> tuple[dict, bool]:
     """The base's product codes of the kept rows with the written rows encoded after them (or trained anew:
     ``pqscan.fold_pqscan``) -> (the manifest's ``first_stage`` record, whether trained anew)."""
@@ -129,13 +113,10 @@ def fold(base: IndexFiles, delta, out: Path, applied_seq: int, pacer: FoldPacer 
     added = None if values is None else np.asarray(values, dtype=values_dtype)
     digests = {VECTORS: write_checked_vectors(staged, pace(_blocks(base.values, runs, added)), count=count,
                                               dim=spec.dim, values_dtype=values_dtype)}
-    first_stage = write_first_stage(staged, count=count, dim=spec.dim, values_dtype=values_dtype,
-                                    pq=_pq_config(base.manifest["first_stage"]))
+    first_stage = write_first_stage(staged, count=count, dim=spec.dim, values_dtype=values_dtype)
     rebuilt = False
     if hnsw_engine.is_hnsw(base.manifest["first_stage"]):
         first_stage, rebuilt = _folded_graph(base, staged, keep, count)
-    if ivf_engine.is_ivf(base.manifest["first_stage"]):
-        first_stage, rebuilt = _folded_lists(base, staged, keep, count)
     if pqscan_engine.is_pqscan(base.manifest["first_stage"]):
         first_stage, rebuilt = _folded_codes(base, staged, keep, count)
     if "calibration" in base.manifest["first_stage"]:  # measured at build (stale once the first stage moved on)

@@ -103,9 +103,9 @@ class LiveIndex(ManifestView, ServedIndex):
 
     @property
     def first_stage(self) -> dict:
-        """What answers the ``ip`` first stage: {"type": flat|pq|hnsw|ivf|pqscan|milvus} and, for a graph, its
-        default ``ef_search`` (for inverted lists, its default ``nprobe``; for product codes, ``margin`` and
-        ``rescore``), with
+        """What answers the ``ip`` first stage: {"type": flat|hnsw|pqscan|milvus} and, for a graph, its
+        default ``ef_search`` (for a Milvus IVF collection, its default ``nprobe``; for product codes, ``margin``,
+        ``rescore`` and ``scan_threads``), with
         the build's recall calibration when it has one."""
         store = self._state.searcher.store
         ef = {"ef_search": store.ef_search} if store.first_stage == "hnsw" else {}
@@ -115,6 +115,7 @@ class LiveIndex(ManifestView, ServedIndex):
         knobs = SEARCH_FIELDS.get(store.first_stage, ())
         ef = {knob: getattr(store, knob) for knob in knobs}
         calibration = self.base.manifest["first_stage"].get("calibration") if knobs else None
+        ef |= {"scan_threads": store.scan_threads} if store.first_stage == "pqscan" else {}
         return {"type": store.first_stage, **ef, **({"calibration": calibration} if calibration else {})}
 
     @property

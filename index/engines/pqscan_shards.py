@@ -1,0 +1,139 @@
+"""One query's code scan spread over threads: the rows' 4-bit codes in contiguous row shards, scanned apart.
+
+:func:`split_codes` repacks an ``IndexPQ`` of the rows' codes for Faiss's fast scan as ``shards`` inverted
+lists, list i the i-th contiguous run of rows, with the same trained codebooks and no residuals (so every
+list scores its codes as one list of every row would) and the global rows (or code numbers) as ids: a row
+selector over the global rows filters every shard alike and a shard's hits need no renumbering. The codes
+are held once. :class:`ShardedScan` scans a lone query's lists each in a thread of one persistent pool
+(Faiss releases the GIL while it scans, and runs one OpenMP thread inside each, so the two kinds of threads
+never multiply) and merges their top lists; otherwise one Faiss search scans every list in turn.
+
+Any number of shards gives the same top list: the same scores, and the same rows but for their order within
+a run of equal scores. Which of a tied run a scan keeps at its cut is the scan's own choice (the fast scan's
+scores are sums of 8-bit table entries, so runs of equal scores are common), so every shard returns one row
+more than asked, and a run tied with the row after the cut is kept by none (its rows come back -1, their
+score kept): every shard count, one included, keeps the same rows (``index.search.ties.above_the_cut``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import faiss
+import numpy as np
+
+from densehybrid.index.engines.faiss_engine import omp_threads
+from densehybrid.index.search.ties import above_the_cut
+
+# The default threads a query's scan spreads over: the cores this process may run on, at most this many. A
+# scan of 1.5 ms (827k rows of 384 dims) cut into more pieces spends a growing share of them handing the
+# pieces to threads and merging their lists; the cap is a guess, not measured past 2.
+MAX_DEFAULT_SCAN_THREADS = 4
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_scan_threads() -> int:
+    return max(1, min(available_cores(), MAX_DEFAULT_SCAN_THREADS))
+
+
+def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
+    """``shards`` contiguous [start, stop) runs of ``count`` rows, as even as whole rows allow (none empty
+    unless there are fewer rows than shards)."""
+    edges = np.linspace(0, count, max(1, shards) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a] or [(0, 0)]
+
+
+def split_codes(codes: faiss.IndexPQ, shards: int) -> faiss.IndexIVFPQFastScan:
+    """The fast scan of ``codes`` as ``shards`` inverted lists of contiguous rows, ids the global code numbers
+    (as ``pqscan_engine.fast_scan`` repacks them as one list)."""
+    bounds = shard_bounds(codes.ntotal, shards)
+    quantizer = faiss.IndexFlatIP(codes.d)
+    quantizer.add(np.zeros((len(bounds), codes.d), np.float32))  # the lists' centres, unused without residuals
+    lists = faiss.IndexIVFPQ(quantizer, codes.d, len(bounds), codes.pq.M, codes.pq.nbits, faiss.METRIC_INNER_PRODUCT)
+    lists.by_residual, lists.pq, lists.is_trained = False, codes.pq, True
+    everything = faiss.vector_to_array(codes.codes).reshape(codes.ntotal, codes.code_size)
+    for number, (start, stop) in enumerate(bounds):
+        ids, part = np.arange(start, stop, dtype=np.int64), np.ascontiguousarray(everything[start:stop])
+        lists.invlists.add_entries(number, stop - start, faiss.swig_ptr(ids), faiss.swig_ptr(part))
+    lists.ntotal = codes.ntotal
+    scan = faiss.IndexIVFPQFastScan(lists)
+    scan.referenced_objects = [quantizer]  # the scan points at it, and Python would free it with ``lists``
+    return scan
+
+
+class ShardedScan:
+    """A fast scan whose inverted lists are contiguous row shards (``scan``, :func:`split_codes`; one list:
+    ``pqscan_engine.fast_scan``), searched as one index.
+
+    A single query is spread over a persistent pool, one list a thread, when the searches in flight on this
+    scan times the lists fit the cores (:func:`available_cores`); otherwise one Faiss search scans every list
+    on the calling thread, as an unsharded scan would. Spreading gains latency only where cores are idle: when
+    other searches keep them busy, handing lists to threads adds hand-offs and contention, so under load it
+    would cost throughput instead. A batch of queries is never spread: Faiss's own threads already share its
+    queries out."""
+
+    def __init__(self, scan: faiss.Index, cores: int | None = None):
+        self.scan, self.ntotal = scan, scan.ntotal
+        self.threads = scan.nlist
+        self.cores = cores or available_cores()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._pool = None if self.threads == 1 else ThreadPoolExecutor(
+            self.threads - 1, thread_name_prefix="densehybrid-scan", initializer=faiss.omp_set_num_threads,
+            initargs=(1,))  # each worker's OpenMP threads: one per list scanned
+
+    def search(self, xq: np.ndarray, k: int, params: faiss.SearchParameters | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """xq (Q, d) float32 -> the best ``k`` code scores (Q, k), descending, and their ids (-1: none, or
+        tied with the score after the cut), the same for any number of lists; ``params``: its row selector."""
+        xq = np.ascontiguousarray(xq, dtype=np.float32)
+        selector = None if params is None else params.sel
+        with self._lock:
+            self._in_flight += 1
+            spread = self._pool is not None and len(xq) == 1 and self._in_flight * self.threads <= self.cores
+        try:
+            scores, ids = self._spread(xq, k + 1, selector) if spread else self._scan_all(xq, k + 1, selector)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        scores = np.where(ids < 0, -np.inf, scores).astype(np.float32)  # no row: as Faiss pads, whatever its value
+        return scores[:, :k], above_the_cut(scores, ids, k)
+
+    def _scan_all(self, xq, k, selector) -> tuple[np.ndarray, np.ndarray]:
+        params = faiss.SearchParametersIVF(nprobe=self.threads, sel=selector)
+        with omp_threads(1) if len(xq) == 1 else contextlib.nullcontext():  # as ``faiss_engine.search`` scans
+            return self.scan.search(xq, k, params=params)
+
+    def _spread(self, xq, k, selector) -> tuple[np.ndarray, np.ndarray]:
+        others = [self._pool.submit(self._scan_list, number, xq, k, selector) for number in range(1, self.threads)]
+        with omp_threads(1):
+            first = self._scan_list(0, xq, k, selector)  # the calling thread scans a list too
+        return _merged([first, *(other.result() for other in others)], k)
+
+    def _scan_list(self, number: int, xq: np.ndarray, k: int, selector) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` of list ``number`` alone (Faiss's search of a list chosen for every query)."""
+        scores, ids = np.empty((len(xq), k), np.float32), np.empty((len(xq), k), np.int64)
+        chosen, unused = np.full((len(xq), 1), number, np.int64), np.zeros((len(xq), 1), np.float32)
+        params = faiss.SearchParametersIVF(nprobe=1, sel=selector)
+        self.scan.search_preassigned_c(len(xq), faiss.swig_ptr(xq), k, faiss.swig_ptr(chosen), faiss.swig_ptr(unused),
+                                       faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params)
+        return scores, ids
+
+
+def _merged(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of the lists' top lists (each (Q, k), descending): a stable sort of lists already in
+    order costs about a pass over them."""
+    scores = np.concatenate([np.where(ids < 0, -np.inf, s) for s, ids in parts], 1)
+    ids = np.concatenate([ids for _, ids in parts], 1)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
