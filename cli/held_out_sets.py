@@ -16,11 +16,20 @@ Each set pairs a query with its one relevant passage by the source's own structu
 - ``long`` (the section 1 and 8 pages installed): the query is a command's one-line summary with its
   name left out ("copy files and directories"), its passage the page's text from DESCRIPTION on, of
   ``LONG_WORDS`` words or more (longer than the encoders read).
+- ``words`` (``dict-gcide``): "What does WORD mean?" of each one-word heading of the GNU Collaborative
+  International Dictionary of English, its passage the entry's first ``MAX_WORDS`` words after the
+  heading line (the definitions, which use the word's other forms more than the word).
+- ``formats`` (the section 5 and 7 pages installed): the query is a file format's or overview page's
+  one-line summary with its name left out ("format of the system password file"), its passage the
+  page's first ``MAX_WORDS`` words from DESCRIPTION on.
+- ``keys`` (the section 5 and 7 pages installed): the query is a configuration key or variable that one
+  page alone names (``PermitRootLogin``, ``LD_LIBRARY_PATH``), its passage ``MAX_WORDS`` words of that
+  page from just before the key's first mention.
 
 Queries or passages that occur twice are dropped; a seeded sample of the pairs is the corpus, a
 second one of the corpus the queries (as ``stdlib_eval_set``).
 
-    python -m densehybrid.cli.held_out_sets OUT_DIR [--set entities|computing|identifiers|options|long]...
+    python -m densehybrid.cli.held_out_sets OUT_DIR [--set NAME]...
         [--passages 1500] [--queries 400]
 
 writes ``OUT_DIR/SET/corpus.jsonl``, ``queries.jsonl`` and ``qrels.tsv`` (BEIR columns) and prints
@@ -48,6 +57,10 @@ OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+")  # a long opti
 OPTION_CONTEXT = 20  # words of a passage before its option's first mention
 WORDNET_NOUNS = Path("/usr/share/wordnet/data.noun")
 FOLDOC = Path("/usr/share/dictd/foldoc.dict.dz")
+MAN = Path("/usr/share/man")
+GCIDE = Path("/usr/share/dictd/gcide.dict.dz")
+# a key of two capitalised words or more (``PermitRootLogin``), or an upper-case name with an underscore
+KEY = re.compile(r"(?<![\w-])(?:[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+|[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])(?![\w-])")
 DICTD_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 # WordNet's lexicographer files of people and places (noun.person, noun.location)
 PERSON, LOCATION = 18, 15
@@ -86,20 +99,28 @@ def dictd_offset(digits: str) -> int:
     return value
 
 
+def dictd_entries(path: Path) -> list[tuple[str, str]]:
+    """(index heading, raw text) of each entry of a dictd dictionary, as its index places them; an entry
+    listed under several headings is kept under the first."""
+    data = gzip.open(path, "rb").read()
+    entries, seen = [], set()
+    for line in path.with_suffix("").with_suffix(".index").read_text(encoding="utf-8").splitlines():
+        heading, offset, length = line.split("\t")
+        where = (dictd_offset(offset), dictd_offset(length))
+        if where not in seen:
+            seen.add(where)
+            entries.append((heading, data[where[0]:sum(where)].decode("utf-8", "replace")))
+    return entries
+
+
 def foldoc_entries(path: Path = FOLDOC) -> list[tuple[str, str]]:
     """(heading, body) of each FOLDOC entry as its dictd index places it: the first line is the heading, the
     rest the body, with its subject tags, cross-reference braces, URLs (and what follows them up to a space)
     and closing date taken out. An
     entry listed under several headings is kept under the first."""
-    data = gzip.open(path, "rb").read()
-    entries, seen = [], set()
-    for line in path.with_suffix("").with_suffix(".index").read_text(encoding="utf-8").splitlines():
-        _, offset, length = line.split("\t")
-        where = (dictd_offset(offset), dictd_offset(length))
-        if where in seen:
-            continue
-        seen.add(where)
-        headings, _, body = data[where[0]:sum(where)].decode("utf-8", "replace").partition("\n\n")
+    entries = []
+    for _, entry in dictd_entries(path):
+        headings, _, body = entry.partition("\n\n")
         heading = headings.splitlines()[0] if headings.strip() else ""
         body = re.sub(r"\(\d{4}-\d{2}-\d{2}\)", " ", body)
         body = re.sub(r"\(?(https?|ftp)://\S+\)?", " ", body)
@@ -115,6 +136,37 @@ def computing_pairs(path: Path = FOLDOC) -> list[Pair]:
         named = re.fullmatch(r"[A-Za-z0-9][^{}<>:]*", heading) and len(heading.split()) <= 6
         if len(words) >= MIN_WORDS and named and not text.startswith("See"):
             pairs.append((f"foldoc:{'_'.join(heading.split())}", f"What is {heading}?", " ".join(words[:MAX_WORDS])))
+    return unique(pairs)
+
+
+def word_pairs(path: Path = GCIDE) -> list[Pair]:
+    """(heading, "What does WORD mean?", the entry's text after its heading line) of GCIDE's one-word
+    headings, with its source marks (``[1913 Webster]``), braces and pronunciation marks taken out."""
+    pairs = []
+    for heading, entry in dictd_entries(path):
+        if not re.fullmatch(r"[A-Za-z]{3,}", heading):
+            continue
+        unmarked, before = entry, None
+        while unmarked != before:  # etymologies and sources span lines and hold bracketed accents
+            before, unmarked = unmarked, re.sub(r"\[[^\[\]]*\]", " ", unmarked)
+        body = unmarked.partition("\n")[2].replace("{", "").replace("}", "")
+        words = body.split()
+        if len(words) >= MIN_WORDS:
+            pairs.append((f"gcide:{heading}", f"What does {heading.lower()} mean?", " ".join(words[:MAX_WORDS])))
+    return unique(pairs)
+
+
+def format_pairs(root: Path = MAN) -> list[Pair]:
+    pairs = []
+    for name, page in pages(("5", "7"), root):
+        titles = list(page.sections)
+        if "DESCRIPTION" not in titles:
+            continue
+        words = " ".join(page.sections[t] for t in titles[titles.index("DESCRIPTION"):]
+                         if t not in LEFT_OUT_SECTIONS).split()
+        summary = " ".join(w for w in page.summary.split() if w.lower() not in {n.lower() for n in page.names})
+        if len(words) >= MIN_WORDS and len(summary.split()) >= 3:
+            pairs.append((f"man{name}", summary, " ".join(words[:MAX_WORDS])))
     return unique(pairs)
 
 
@@ -143,25 +195,34 @@ def long_pairs() -> list[Pair]:
 
 
 def option_pairs() -> list[Pair]:
-    """(page, one of its long options that no other page names, the ``MAX_WORDS`` words from a few
-    before the option's first mention) of the section 1 and 8 pages."""
-    texts = {name: " ".join(page.sections.values()) for name, page in pages(("1", "8"))}
-    named = {name: sorted(set(OPTION.findall(text))) for name, text in texts.items()}
+    return named_once_pairs(("1", "8"), OPTION)
+
+
+def key_pairs(root: Path = MAN) -> list[Pair]:
+    return named_once_pairs(("5", "7"), KEY, root)
+
+
+def named_once_pairs(sections: tuple[str, ...], pattern: re.Pattern, root: Path = MAN) -> list[Pair]:
+    """(page, the first (sorted) of its ``pattern`` matches that no other page names, the ``MAX_WORDS`` words
+    from a few before its first mention) of the pages of ``sections``."""
+    texts = {name: " ".join(page.sections.values()) for name, page in pages(sections, root)}
+    named = {name: sorted(set(pattern.findall(text))) for name, text in texts.items()}
     pages_naming = Counter(option for options in named.values() for option in options)
     pairs = []
     for name, options in named.items():
-        unique_options = [o for o in options if pages_naming[o] == 1]
-        if unique_options:
+        once = [o for o in options if pages_naming[o] == 1]
+        if once:
             words = texts[name].split()
-            first = next(i for i, w in enumerate(words) if unique_options[0] in w)
+            first = next(i for i, w in enumerate(words) if once[0] in w)
             start = max(0, first - OPTION_CONTEXT)
-            pairs.append((f"man{name}", unique_options[0], " ".join(words[start:start + MAX_WORDS])))
+            pairs.append((f"man{name}", once[0], " ".join(words[start:start + MAX_WORDS])))
     return unique(pairs)
 
 
 SETS: dict[str, Callable[[], list[Pair]]] = {"entities": entity_pairs, "computing": computing_pairs,
                                              "identifiers": identifier_pairs, "long": long_pairs,
-                                             "options": option_pairs}
+                                             "options": option_pairs, "words": word_pairs,
+                                             "formats": format_pairs, "keys": key_pairs}
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -54,15 +54,7 @@ def test_foldoc_entries_are_read_where_the_index_places_them(tmp_path):
     entries = [("ADT", "abstract data type\nADT\n\n   <programming> (ADT) A kind of {data abstraction} where a type's "
                 "form is hidden (https://example.org/x).\n\n   (2003-07-03)\n\n"),
                ("COTS", "COTS\n\n   <software> commercial off-the-shelf software sold in volume.\n\n")]
-    data, index, offset = b"", [], 0
-    for heading, entry in entries:
-        raw = entry.encode()
-        index.append(f"{heading}\t{_b64(offset)}\t{_b64(len(raw))}")
-        data, offset = data + raw, offset + len(raw)
-    with gzip.open(tmp_path / "foldoc.dict.dz", "wb") as f:
-        f.write(data)
-    (tmp_path / "foldoc.index").write_text("\n".join(index) + "\n")
-    got = held_out_sets.foldoc_entries(tmp_path / "foldoc.dict.dz")
+    got = held_out_sets.foldoc_entries(_dictd(tmp_path, "foldoc", entries))
     # a URL goes with whatever follows it up to the next space (here its closing bracket and full stop)
     assert got == [("abstract data type", "(ADT) A kind of data abstraction where a type's form is hidden"),
                    ("COTS", "commercial off-the-shelf software sold in volume.")]
@@ -108,3 +100,51 @@ def test_a_set_is_written_in_beir_columns(tmp_path):
     ids = {c["_id"] for c in corpus}
     assert all(line.split("\t")[1] in ids for line in qrels[1:])
     assert set(held_out_sets.digests(tmp_path)) == {"corpus.jsonl", "queries.jsonl", "qrels.tsv"}
+
+
+def _dictd(folder, name, entries):
+    data, index, placed = b"", [], {}
+    for heading, entry in entries:
+        raw = entry.encode()
+        if entry not in placed:  # an entry listed under several headings is stored once
+            placed[entry], data = len(data), data + raw
+        index.append(f"{heading}\t{_b64(placed[entry])}\t{_b64(len(raw))}")
+    with gzip.open(folder / f"{name}.dict.dz", "wb") as f:
+        f.write(data)
+    (folder / f"{name}.index").write_text("\n".join(index) + "\n")
+    return folder / f"{name}.dict.dz"
+
+
+def test_dictionary_words_become_questions_about_their_definitions(tmp_path):
+    majority = ("Majority \\Ma*jor\"i*ty\\, n.; pl. {Majorities}. [Cf. F.\n   majorit['e], LL. majoritas. See {Major}.]\n"
+                "   1. The quality or condition of being major or greater; superiority in number.\n   [1913 Webster]\n")
+    entries = [("Majority", majority), ("Majorities", majority),  # one entry under two headings: kept once
+               ("A priori", "A priori \\A pri*o\"ri\\ the reasoning from causes to the effects they have.\n"),
+               ("Cat", "Cat \\Cat\\, n.\n   A small animal.\n")]  # too short
+    got = held_out_sets.word_pairs(_dictd(tmp_path, "gcide", entries))
+    assert got == [("gcide:Majority", "What does majority mean?",
+                    "1. The quality or condition of being major or greater; superiority in number.")]
+
+
+def test_keys_are_configuration_names_and_upper_case_variables():
+    text = "Set PermitRootLogin no; LD_LIBRARY_PATH and PAM_SERVICE, not Linux, HTTP, _X or Foo-BarBaz."
+    assert held_out_sets.KEY.findall(text) == ["PermitRootLogin", "LD_LIBRARY_PATH", "PAM_SERVICE"]
+
+
+def _page(name, summary, description):
+    return f".TH {name.upper()} 5\n.SH NAME\n{name} \\- {summary}\n.SH DESCRIPTION\n{description}\n"
+
+
+def test_a_key_one_page_alone_names_points_at_that_page_and_a_format_at_its_description(tmp_path):
+    (tmp_path / "man5").mkdir()
+    filler = " ".join(f"word{i}" for i in range(30))
+    (tmp_path / "man5" / "sshd_config.5").write_text(_page("sshd_config", "OpenSSH daemon configuration file",
+                                                           f"{filler} PermitRootLogin says whether root may log in. "
+                                                           "SHARED_NAME too."))
+    (tmp_path / "man5" / "other.5").write_text(_page("other", "another file", f"{filler} SHARED_NAME is here."))
+    keys = held_out_sets.key_pairs(tmp_path)
+    assert [(i, q) for i, q, _ in keys] == [("man5/sshd_config.5", "PermitRootLogin")]
+    assert keys[0][2].startswith("word10 ") and "PermitRootLogin says whether" in keys[0][2]
+    formats = held_out_sets.format_pairs(tmp_path)  # "another file" is too short a summary to ask by
+    assert [(i, q) for i, q, _ in formats] == [("man5/sshd_config.5", "OpenSSH daemon configuration file")]
+    assert formats[0][2].startswith("word0 word1 ")
