@@ -3,30 +3,25 @@
 Arrays in, arrays out: each takes the pseudo-queries' gains (W, Q) at each dense weight of
 :data:`fusion_choice.WEIGHTS` (:class:`fusion_choice.Evidence`) and returns a weight.
 
-- :func:`paraphrases_alone` (the rule two builds back, "auto before"): the weight nearest ½ whose
-  paraphrase gain is within one standard error of the best, within 0.2–0.8; when a part fails the
-  paraphrases (under half the other's gain), nearest the other part alone within 0–1.
-- :func:`least_worst_regret` ("auto now" until the current rule): the weight within 0.2–0.8 whose larger
-  share lost to the best, over the paraphrase and the keyword styles, is the smallest (of equal ones
-  the nearest ½); the paraphrase fallback above when a part fails them.
+- :func:`paraphrases_alone` (the first rule): the weight nearest ½ whose paraphrase gain is within one
+  standard error of the best, within 0.2–0.8; when a part fails the paraphrases (under half the other's
+  gain), nearest the other part alone within 0–1.
+- :func:`keyword_bounded` (the rule for one release, shaped on msmarco-dl-5k, stdlib, sympy and torch):
+  of the weights within 0.2–0.8 that keep the keyword queries within 8 % of their best, the paraphrases'
+  favourite; of those the paraphrases cannot tell apart, the one nearest the stronger part; any weight
+  when a part fails the paraphrases.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from densehybrid.index.building.fusion_choice import WEIGHTS, relative_regret
+from densehybrid.index.building.fusion_choice import (WEIGHTS, nearest_within_error, one_part_fails,
+                                                      relative_regret, stronger_end)
 
 BOUNDS = (0.2, 0.8)
 PRIOR = 0.5
-USELESS_SHARE = 0.5
-
-
-def one_part_fails(gains: np.ndarray, share: float = USELESS_SHARE) -> bool:
-    """Whether one part alone (the first and last rows of ``gains``: dense weight 0 and 1) finds less
-    than ``share`` of what the other part alone finds, in mean gain."""
-    lexical, dense = float(gains[0].mean()), float(gains[-1].mean())
-    return min(lexical, dense) < share * max(lexical, dense)
+KEYWORD_LOSS = 0.08
 
 
 def within_one_error(gains: np.ndarray, prior: float = PRIOR, bounds: tuple[float, float] = (0.0, 1.0)) -> float:
@@ -50,9 +45,11 @@ def paraphrases_alone(paraphrase: np.ndarray) -> float:
     return within_one_error(paraphrase, survivor, (0.0, 1.0))
 
 
-def least_worst_regret(paraphrase: np.ndarray, keyword: np.ndarray) -> float:
-    if one_part_fails(paraphrase):
-        return paraphrases_alone(paraphrase)
-    worst = np.max([relative_regret(g) for g in (paraphrase, keyword)], axis=0)
+def keyword_bounded(paraphrase: np.ndarray, keyword: np.ndarray) -> float:
     inside = [i for i, w in enumerate(WEIGHTS) if BOUNDS[0] - 1e-9 <= w <= BOUNDS[1] + 1e-9]
-    return float(WEIGHTS[min(inside, key=lambda i: (round(float(worst[i]), 12), abs(WEIGHTS[i] - PRIOR)))])
+    if one_part_fails(paraphrase):
+        allowed = list(range(len(WEIGHTS)))
+    else:
+        lost = relative_regret(keyword)
+        allowed = [i for i in inside if lost[i] <= KEYWORD_LOSS + 1e-12] or [min(inside, key=lambda i: lost[i])]
+    return float(WEIGHTS[nearest_within_error(paraphrase, allowed, stronger_end(paraphrase))])

@@ -16,14 +16,15 @@ the union of each part's own top ``depth``) and is scored by the nDCG@10 of the 
 
 The rule (:func:`pick`):
 
-1. The weights it may choose from keep the keyword queries within ``KEYWORD_LOSS`` of their best
-   nDCG@10 (users who type a passage's own words keep the rest whatever the paraphrases favour), within
-   ``BOUNDS``; when a part fails the paraphrases (alone under ``USELESS_SHARE`` of the other alone),
-   any weight.
-2. Of those, it takes the one the paraphrases favour. Where the paraphrases cannot tell several apart
-   (within one standard error of the paired per-query difference to the best), it takes the one nearest
-   the stronger part (the one that finds more of the paraphrases' answers alone), not the one nearest ½:
-   a weak part mixed in at half lets its noise displace the strong part's hits.
+1. Each weight within ``BOUNDS`` is charged its *worse regret*: the larger, over the two styles, of the
+   share of that style's best nDCG@10 it gives up (:func:`worst_regret`). Neither kind of user is
+   given up for the other: the weight whose worse regret is least is chosen.
+2. Of weights charged alike, the one nearest the stronger part (the one that finds more of the
+   paraphrases' answers alone), not the one nearest ½: a weak part mixed in at half lets its noise
+   displace the strong part's hits.
+3. When a part fails the paraphrases (alone under ``USELESS_SHARE`` of the other alone), the bounds
+   go: of the weights within one standard error (of the paired per-query difference) of the
+   paraphrases' best, the one nearest the other part alone.
 
 Its *confidence* (:func:`choose_weight`) is the share of bootstrap resamples of the pseudo-queries for
 which the rule picks the same weight. The choice, the evidence (:func:`summary`) and the confidence go
@@ -51,9 +52,6 @@ log = logging.getLogger(__name__)
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 = lexical alone ... 1 = dense alone
 CUTOFF = 10
 BOUNDS = (0.2, 0.8)  # each part keeps a fifth of the mix at least, unless a part fails
-# the share of their best nDCG@10 the keyword queries may lose: users who type a passage's own words keep
-# at least the rest, whatever the paraphrases favour
-KEYWORD_LOSS = 0.08
 # a part alone under this share of the other alone on the paraphrases has failed on the corpus
 USELESS_SHARE = 0.5
 RESAMPLES = 200
@@ -150,16 +148,16 @@ def one_part_fails(paraphrase: np.ndarray) -> bool:
     return min(lexical, dense) < USELESS_SHARE * max(lexical, dense)
 
 
-def allowed_weights(evidence: Evidence) -> tuple[list[int], str]:
-    """The indices into ``WEIGHTS`` the rule may choose from, and why."""
+def worst_regret(evidence: Evidence) -> np.ndarray:
+    """(W,) the larger share of its best mean nDCG@10 that each weight gives up, over the two styles."""
+    return np.max([relative_regret(evidence.paraphrase), relative_regret(evidence.keyword)], axis=0)
+
+
+def allowed_weights(evidence: Evidence) -> list[int]:
+    """The indices into ``WEIGHTS`` the rule may choose from: within ``BOUNDS``, or any when a part fails."""
     if one_part_fails(evidence.paraphrase):
-        return list(range(len(WEIGHTS))), "a part fails the paraphrases: any weight"
-    inside = [i for i, w in enumerate(WEIGHTS) if BOUNDS[0] - 1e-9 <= w <= BOUNDS[1] + 1e-9]
-    lost = relative_regret(evidence.keyword)
-    kept = [i for i in inside if lost[i] <= KEYWORD_LOSS + 1e-12]
-    if not kept:  # every weight inside the bounds loses more: the one that loses least
-        kept = [min(inside, key=lambda i: lost[i])]
-    return kept, f"keyword queries keep {1 - KEYWORD_LOSS:.0%} of their best"
+        return list(range(len(WEIGHTS)))
+    return [i for i, w in enumerate(WEIGHTS) if BOUNDS[0] - 1e-9 <= w <= BOUNDS[1] + 1e-9]
 
 
 def nearest_within_error(gains: np.ndarray, allowed: list[int], toward: float) -> int:
@@ -174,13 +172,19 @@ def nearest_within_error(gains: np.ndarray, allowed: list[int], toward: float) -
 
 
 def pick(evidence: Evidence) -> tuple[float, str]:
-    """The rule: the mix the paraphrases favour among those that keep the keyword queries' loss within
-    ``KEYWORD_LOSS``, and of mixes the paraphrases cannot tell apart, the one nearest the stronger part."""
-    allowed, why = allowed_weights(evidence)
+    """The rule: within ``BOUNDS``, the weight whose worse regret over the two styles is least, ties
+    towards the stronger part; when a part fails the paraphrases, the paraphrases' best nearest the other."""
     toward = stronger_end(evidence.paraphrase)
-    chosen = nearest_within_error(evidence.paraphrase, allowed, toward)
     part = "dense" if toward == 1.0 else "lexical"
-    return float(WEIGHTS[chosen]), f"{why}; the paraphrases' best, ties towards the {part} part"
+    allowed = allowed_weights(evidence)
+    if one_part_fails(evidence.paraphrase):
+        chosen = nearest_within_error(evidence.paraphrase, allowed, toward)
+        return float(WEIGHTS[chosen]), f"the {'lexical' if toward else 'dense'} part fails the paraphrases: " \
+                                       f"their best, nearest the {part} part alone"
+    worst = worst_regret(evidence)
+    chosen = min(allowed, key=lambda i: (round(float(worst[i]), 12), abs(WEIGHTS[i] - toward)))
+    return float(WEIGHTS[chosen]), f"the least worse regret over paraphrase and keyword queries " \
+                                   f"({worst[chosen]:.1%}), ties towards the {part} part"
 
 
 def choose_weight(evidence: Evidence, resamples: int = RESAMPLES, seed: int = 0) -> Choice:
@@ -200,12 +204,12 @@ def choose_weight(evidence: Evidence, resamples: int = RESAMPLES, seed: int = 0)
 
 def summary(evidence: Evidence) -> dict:
     """The evidence as the manifest records it: each style's nDCG@10 per weight of ``WEIGHTS`` (its ends are
-    each part alone), the keyword queries' loss per weight and the weights the rule could choose from."""
-    allowed, _ = allowed_weights(evidence)
+    each part alone), each weight's worse regret and the weights the rule could choose from."""
     return {"paraphrase_ndcg_at_10": _rounded(evidence.paraphrase.mean(axis=1)),
             "keyword_ndcg_at_10": _rounded(evidence.keyword.mean(axis=1)),
-            "keyword_loss": _rounded(relative_regret(evidence.keyword)),
-            "allowed": [WEIGHTS[i] for i in allowed], "stronger_part": "dense" if stronger_end(evidence.paraphrase) else "lexical"}
+            "worst_regret": _rounded(worst_regret(evidence)),
+            "allowed": [WEIGHTS[i] for i in allowed_weights(evidence)],
+            "stronger_part": "dense" if stronger_end(evidence.paraphrase) else "lexical"}
 
 
 def gather(encoder: Encoder, docs: Sequence[Document], values: np.ndarray, gates: np.ndarray,
