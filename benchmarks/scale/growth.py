@@ -1,13 +1,13 @@
 """How each first stage's recall, latency and build time grow with the rows, on prefixes of a real corpus.
 
-    python -m densehybrid.bench.scale.growth INDEX --scratch DIR --queries NAME=FILE[:N] [--queries ...]
+    python -m densehybrid.bench.scale.growth INDEX --scratch DIR --queries NAME=FILE[:N] [--queries ...] [--reuse]
         [--sizes 100000 200000 400000 0] [--max-margin M] [--out growth.json] [--plot growth.png]
 
 INDEX is a built index of the corpus (its vectors and texts are read, never written; its own encoder encodes
 every query). For each size (the first N rows; 0: all of them) the rows are written as their own
 ``vectors.faiss`` in ``DIR/<size>``, and ``--ann pqscan`` and ``--ann hnsw`` are built and calibrated there as
 ``index build`` builds them (``calibrate.write_calibrated``, every core, the build's own calibration queries
-cut from those N rows). Then every ``--queries`` set (queries no build saw) is searched by
+cut from those N rows; ``--reuse`` measures what an earlier run built there instead). Then every ``--queries`` set (queries no build saw) is searched by
 
 - ``flat``: the exact scan of the N rows (Faiss over the stored rows, as the flat first stage serves them);
 - ``pqscan``: the codes at the margin the build chose, one scan thread; ``pqscan-2t``: the same codes in two
@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 K = calibration.K
 BUILT = {"pqscan": PQScanConfig(), "hnsw": HNSWConfig()}
 BLOCK = 65_536
+RECORD = "record.json"
 
 
 def prefix_rows(index_dir: Path, values: np.ndarray, size: int, rows_dir: Path) -> np.ndarray:
@@ -73,8 +74,11 @@ def prefix_rows(index_dir: Path, values: np.ndarray, size: int, rows_dir: Path) 
 
 def built(name: str, rows: np.ndarray, rows_dir: Path, queries) -> tuple[Path, dict]:
     """``name``'s first stage written and calibrated as a build does it, in ``rows_dir/name`` -> (that folder, its
-    record with ``build_s`` (writing the first stage) apart from ``calibration_s`` (measuring its breadths))."""
+    record with ``build_s`` (writing the first stage) apart from ``calibration_s`` (measuring its breadths)).
+    The record is kept there as ``record.json``: a later run with ``queries`` None measures that build again."""
     staged = rows_dir / name
+    if queries is None:
+        return staged, json.loads((staged / RECORD).read_text())
     staged.mkdir(exist_ok=True)
     for shared in ("docs.sqlite", VECTORS):
         if not (staged / shared).exists():
@@ -85,6 +89,8 @@ def built(name: str, rows: np.ndarray, rows_dir: Path, queries) -> tuple[Path, d
     measuring = record["calibration"]["seconds"]
     record["build_s"] = round(time.perf_counter() - started - measuring, 1)
     record["calibration_s"] = round(measuring, 1)
+    record["load_average_built"] = [round(x, 2) for x in os.getloadavg()]
+    (staged / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return staged, record
 
 
@@ -129,10 +135,14 @@ def measure(stores: dict[str, object], sets: dict[str, np.ndarray], exact: dict[
     return result
 
 
-def one_size(index_dir: Path, values: np.ndarray, size: int, scratch: Path, encoder, sets) -> dict:
+def one_size(index_dir: Path, values: np.ndarray, size: int, scratch: Path, encoder, sets, reuse: bool) -> dict:
     rows_dir = scratch / str(size)
-    rows = prefix_rows(index_dir, values, size, rows_dir)
-    queries = calibration_queries.queries_for(encoder, rows_dir, rows)
+    if reuse:  # the rows and first stages an earlier run built: measured again, not rebuilt
+        rows = open_vectors(rows_dir / VECTORS, count=size, dim=values.shape[1], dtype=str(values.dtype))[1]
+        queries = None
+    else:
+        rows = prefix_rows(index_dir, values, size, rows_dir)
+        queries = calibration_queries.queries_for(encoder, rows_dir, rows)
     exact = {name: calibration.exact_top(xq, rows, np.full(len(xq), -1)) for name, xq in sets.items()}
     staged, records = {}, {}
     for name in BUILT:
@@ -152,7 +162,8 @@ def one_size(index_dir: Path, values: np.ndarray, size: int, scratch: Path, enco
     return {"rows": size, "load_average": [round(x, 2) for x in load], **measured}
 
 
-def run(index_dir: Path, scratch: Path, query_specs: list[str], sizes: list[int], out: Path | None = None) -> dict:
+def run(index_dir: Path, scratch: Path, query_specs: list[str], sizes: list[int], out: Path | None = None,
+        reuse: bool = False) -> dict:
     index = load_index(index_dir)
     encoder = encoder_for_index(index, device="cpu")
     sets = {}
@@ -162,7 +173,8 @@ def run(index_dir: Path, scratch: Path, query_specs: list[str], sizes: list[int]
     result = {"index": str(index_dir), "dim": int(index.values.shape[1]), "model": index.spec.model_id,
               "queries": {name: len(xq) for name, xq in sets.items()}, "cpus": os.cpu_count(), "sizes": []}
     for size in sizes:
-        result["sizes"].append(one_size(index_dir, index.values, size or index.count, scratch, encoder, sets))
+        result["sizes"].append(one_size(index_dir, index.values, size or index.count, scratch, encoder, sets,
+                                           reuse))
         if out is not None:  # what is measured so far, should a later size not finish
             out.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -174,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch", type=Path, required=True, help="where the prefixes and first stages are built")
     parser.add_argument("--queries", action="append", required=True, help="NAME=FILE[:N], a BEIR queries.jsonl")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 200_000, 400_000, 0])
+    parser.add_argument("--reuse", action="store_true", help="measure the first stages an earlier run built in "
+                                                                 "--scratch again (on a quieter machine) instead of building")
     parser.add_argument("--max-margin", type=float, help="measure the build's margins up to this one only (the "
                                                              "wide ones rescore most rows: minutes a size)")
     growth_report.add_projection_arguments(parser)
@@ -183,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.max_margin is not None:
         calibrate.GRIDS["pqscan"] = tuple(m for m in calibrate.GRIDS["pqscan"] if m <= args.max_margin)
-    result = run(args.index, args.scratch, args.queries, args.sizes, args.out)
+    result = run(args.index, args.scratch, args.queries, args.sizes, args.out, args.reuse)
     result["fit"] = growth_report.fit(result)
     result["projection"] = growth_report.project(result, args.project_rows, args.project_dim, args.project_cores)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
