@@ -61,6 +61,10 @@ def test_exponents_are_the_slopes_of_the_logs_and_the_projection_states_its_assu
     assert projected["p50_ms"]["pqscan-16t"] == pytest.approx(round(projected["p50_ms"]["pqscan"] * (share + (1 - share) / 16), 2), abs=0.01)
     assert projected["p50_ms"]["flat"] == pytest.approx(8.0 * 4 * 2, abs=0.01)
     assert any("serial share" in a for a in projected["assumptions"])
+    linear = projected["pqscan_fixed_plus_per_row"]  # least squares of a + b·rows through the four points
+    b, a = np.polyfit(rows, p50["pqscan"], 1)
+    assert linear["fixed_ms"] == pytest.approx(a, abs=1e-3) and linear["per_million_rows_ms"] == pytest.approx(b * 1e6, abs=1e-3)
+    assert linear["p50_ms_16t"] == pytest.approx(round((a + b * 3_200_000 / 16) * 2, 2), abs=0.01)
     result |= {"fit": fitted, "projection": projected}
     table = growth_report.markdown(result)
     assert "| 800,000 | pqscan-2t |" in table and "projected p50 at 3,200,000 x 768" in table
@@ -77,3 +81,13 @@ def test_the_plot_draws_cost_and_recall_against_the_rows(tmp_path):
     result = _result([1000, 2000], {s: [1.0, 2.0] for s in growth_report.STAGES})
     assert growth_report.plot(result, tmp_path / "g.png").stat().st_size > 1000
     assert np.isfinite(growth_report.fit(result)["flat p50_ms"])
+
+
+def test_the_report_fits_and_projects_a_saved_result_again(tmp_path, capsys):
+    path = tmp_path / "growth.json"
+    path.write_text(json.dumps(_result([1000, 4000], {s: [1.0, 2.0] for s in growth_report.STAGES})))
+    growth_report.main([str(path), "--project-rows", "16000", "--project-dim", "384", "--plot", str(tmp_path / "g.png")])
+    saved = json.loads(path.read_text())
+    assert saved["fit"]["flat p50_ms"] == pytest.approx(0.5, abs=1e-3)
+    assert saved["projection"]["p50_ms"]["flat"] == pytest.approx(4.0, abs=0.01)  # x4 rows at exponent 0.5
+    assert "projected p50 at 16,000 x 384" in capsys.readouterr().out and (tmp_path / "g.png").exists()

@@ -15,8 +15,9 @@ cut from those N rows; ``--reuse`` measures what an earlier run built there inst
 - ``hnsw``: the graph at the ``ef_search`` the build chose,
 
 every candidate rescored exactly as a served search does. Per set: recall@10 against the exact scan of the same N
-rows and the share of whole top 10s; over all sets: single-query p50/p99, the first stages taking turns query by
-query (so a shared machine's drift hits them alike). One thread a query, except ``pqscan-2t``.
+rows and the share of whole top 10s; over all sets: single-query p50/p99, the first stages taking turns in blocks
+of queries (so a shared machine's drift hits them alike, while each keeps its own data in the caches as a server
+does). One thread a query, except ``pqscan-2t``.
 
 ``growth_report`` fits each cost's exponent in the rows and projects it (``--project-rows``, ``--project-dim``,
 ``--project-cores``); the assumptions are written beside the projection.
@@ -35,7 +36,7 @@ import numpy as np
 
 from densehybrid.bench.scale import growth_report
 from densehybrid.bench.scale.real import read_queries
-from densehybrid.bench.timing import round_robin, summarize
+from densehybrid.bench.timing import summarize
 from densehybrid.index.building import calibrate, calibration, calibration_queries
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.engines import faiss_engine, pqscan_engine
@@ -52,6 +53,7 @@ K = calibration.K
 BUILT = {"pqscan": PQScanConfig(), "hnsw": HNSWConfig()}
 BLOCK = 65_536
 RECORD = "record.json"
+TURN = 25  # queries a store answers in a row while the stores take turns
 
 
 def prefix_rows(index_dir: Path, values: np.ndarray, size: int, rows_dir: Path) -> np.ndarray:
@@ -108,29 +110,30 @@ def stores_of(rows: np.ndarray, staged: dict[str, Path], records: dict[str, dict
 
 
 def measure(stores: dict[str, object], sets: dict[str, np.ndarray], exact: dict[str, np.ndarray]) -> dict:
-    """Per store: recall@10 and whole top 10s per set, single-query p50/p99 over every set (stores in turn)."""
+    """Per store: recall@10 and whole top 10s per set, single-query p50/p99 over every set.
+
+    The stores take turns in blocks of ``TURN`` queries, each block started by one untimed query: a server
+    holds one first stage, whose codes or graph stay in the caches, while the exact scan read between two
+    of its queries here would evict them; the turns keep a shared machine's drift from favouring one."""
     every = np.concatenate(list(sets.values()))
     found = {name: [None] * len(every) for name in stores}
-
-    def timed(name, store):
-        def call(i: int) -> float:
-            started = time.perf_counter()
-            rows = store.inner_product(every[i][None], K)[1][0]
-            elapsed = (time.perf_counter() - started) * 1000.0
-            found[name][i] = rows
-            return elapsed
-        return call
-
+    samples = {name: [] for name in stores}
     faiss_engine.faiss.omp_set_num_threads(1)  # searched as served: one thread a query
-    samples = round_robin({name: timed(name, store) for name, store in stores.items()}, len(every), warmup=0)
+    for start in range(0, len(every), TURN):
+        for name, store in stores.items():
+            store.inner_product(every[start][None], K)
+            for i in range(start, min(start + TURN, len(every))):
+                began = time.perf_counter()
+                found[name][i] = store.inner_product(every[i][None], K)[1][0]
+                samples[name].append((time.perf_counter() - began) * 1000.0)
     result = {}
     for name in stores:
-        timing, per_set, start = summarize(samples[name]), {}, 0
+        timing, per_set, first = summarize(samples[name]), {}, 0
         for set_name, xq in sets.items():
-            recalls = calibration.recall_at_k(np.array(found[name][start:start + len(xq)]), exact[set_name])
+            recalls = calibration.recall_at_k(np.array(found[name][first:first + len(xq)]), exact[set_name])
             per_set[set_name] = {"recall_at_10": round(float(recalls.mean()), 4),
                                  "exact_top10": round(float((recalls == 1.0).mean()), 4)}
-            start += len(xq)
+            first += len(xq)
         result[name] = {"sets": per_set, "p50_ms": round(timing.p50, 3), "p99_ms": round(timing.p99, 3)}
     return result
 
