@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from densehybrid.bench.scale.real import CHOICES, read_queries
+from densehybrid.bench.scale.real import CHOICES, encoded_queries
 from densehybrid.bench.timing import summarize
 from densehybrid.index.building.calibrate import store_of
 from densehybrid.index.building.commands import encoder_for_index
@@ -149,10 +149,7 @@ def run(index_dir: Path, query_specs: list[str], names: list[str], scratch: Path
     faiss_engine.faiss.omp_set_num_threads(1)
     index = load_index(index_dir, checksums=False)
     encoder = encoder_for_index(index, device="cpu")
-    groups = {}
-    for spec in query_specs:
-        name, texts = read_queries(spec)
-        groups[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
+    groups = encoded_queries(encoder, query_specs)
     scores = {name: exact_scores(xq, index.values) for name, xq in groups.items()}
     shared = random_masks(index.count)
     result = {"index": str(index_dir), "rows": index.count, "k": K, "threads": 1,

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.bench.scale import growth_report
-from densehybrid.bench.scale.real import read_queries
+from densehybrid.bench.scale.real import encoded_queries
 from densehybrid.bench.timing import summarize
 from densehybrid.index.building import calibrate, calibration, calibration_queries
 from densehybrid.index.building.commands import encoder_for_index
@@ -169,10 +169,7 @@ def run(index_dir: Path, scratch: Path, query_specs: list[str], sizes: list[int]
         reuse: bool = False) -> dict:
     index = load_index(index_dir)
     encoder = encoder_for_index(index, device="cpu")
-    sets = {}
-    for spec in query_specs:
-        name, texts = read_queries(spec)
-        sets[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
+    sets = encoded_queries(encoder, query_specs)
     result = {"index": str(index_dir), "dim": int(index.values.shape[1]), "model": index.spec.model_id,
               "queries": {name: len(xq) for name, xq in sets.items()}, "cpus": os.cpu_count(), "sizes": []}
     for size in sizes:

@@ -57,6 +57,15 @@ def read_queries(spec: str) -> tuple[str, list[str]]:
     return name, texts[:int(count)] if count else texts
 
 
+def encoded_queries(encoder, query_specs: list[str]) -> dict[str, np.ndarray]:
+    """Each ``NAME=FILE[:N]`` set's queries (:func:`read_queries`) encoded by ``encoder`` -> NAME: (N, dim) float32."""
+    sets = {}
+    for spec in query_specs:
+        name, texts = read_queries(spec)
+        sets[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
+    return sets
+
+
 def _plain(breadth) -> int | float:
     """A breadth as JSON writes it: an ef stays whole, a margin keeps its fraction."""
     number = float(breadth)
@@ -154,10 +163,7 @@ def run(index_dir: Path, query_specs: list[str], choices: list[str], peers: list
     index = load_index(index_dir)
     encoder = encoder_for_index(index, device="cpu")
     values = index.values
-    groups = {}
-    for spec in query_specs:
-        name, texts = read_queries(spec)
-        groups[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
+    groups = encoded_queries(encoder, query_specs)
     exact = {name: calibration.exact_top(xq, values, np.full(len(xq), -1)) for name, xq in groups.items()}
     result = {"index": str(index_dir), "rows": index.count, "dim": int(values.shape[1]), "model": index.spec.model_id,
               "queries": {name: len(xq) for name, xq in groups.items()}, "threads": threads, "k": K,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from densehybrid.bench.scale.real import read_queries
+from densehybrid.bench.scale.real import encoded_queries
 from densehybrid.bench.timing import ratio, round_robin, summarize
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.engines.pqscan_shards import available_cores, default_scan_threads
@@ -119,10 +119,7 @@ def run(index_dir: Path, query_specs: list[str], threads: list[int], clients: li
         seconds: float) -> dict:
     index = load_index(index_dir)
     encoder = encoder_for_index(index, device="cpu")
-    groups = {}
-    for spec in query_specs:
-        name, texts = read_queries(spec)
-        groups[name] = np.asarray(encoder.encode(texts, "query").values, np.float32)
+    groups = encoded_queries(encoder, query_specs)
     xq = np.concatenate(list(groups.values()))
     xq = xq[np.random.default_rng(0).permutation(len(xq))]  # the groups interleaved
     stores = stores_of(index, threads)
