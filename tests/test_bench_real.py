@@ -94,6 +94,13 @@ def test_filtered_recall_is_measured_per_engine_and_filter_against_the_kept_rows
     again = filtered.run(tmp_path / "index", [f"near={tmp_path / 'near.jsonl'}"], ["hnsw"], tmp_path / "scratch", {})
     assert again["engines"]["hnsw"]["breadth"] != {"ef_search": 16}  # the written graph reused, at its own breadth
     assert "| hnsw | least-like-20 |" in filtered.markdown({"before": out, "after": again})
+    results = tmp_path / "filtered.json"
+    results.write_text(json.dumps({"machine": "this one", "notes": {"before": "why"}, "runs": {"before": out}}))
+    filtered.main([str(tmp_path / "index"), "--queries", f"near={tmp_path / 'near.jsonl'}", "--ann", "hnsw",
+                   "--scratch", str(tmp_path / "scratch"), "--label", "later", "--out", str(results)])
+    kept = json.loads(results.read_text())  # a later run is filed beside the earlier ones and their notes
+    assert kept["notes"] == {"before": "why"} and kept["machine"] == "this one"
+    assert set(kept["runs"]) == {"before", "later"} and kept["runs"]["before"] == json.loads(json.dumps(out))
 
 
 def test_the_least_like_filter_keeps_the_rows_of_lowest_score_and_ties_count_alike():

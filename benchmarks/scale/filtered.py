@@ -193,10 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     breadths = {name: float(value) for name, _, value in (b.partition("=") for b in args.breadth)}
     breadths = {name: int(v) if v.is_integer() and name != "pqscan" else v for name, v in breadths.items()}
-    runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else {}
-    runs[args.label] = run(args.index, args.queries, args.ann, args.scratch, breadths)
-    args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
-    print(markdown(runs))
+    kept = json.loads(args.out.read_text()) if args.out.exists() else {}  # earlier runs, and notes on them
+    kept.setdefault("runs", {})[args.label] = run(args.index, args.queries, args.ann, args.scratch, breadths)
+    args.out.write_text(json.dumps(kept, indent=1) + "\n")
+    print(markdown(kept["runs"]))
 
 
 if __name__ == "__main__":
