@@ -12,7 +12,8 @@ from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.building.pqscan import build_pqscan
 from densehybrid.index.engines.pqscan_engine import PQScanConfig, PQScanStore, fast_scan
-from densehybrid.index.engines.pqscan_shards import ShardedScan, shard_bounds, split_codes
+from densehybrid.index.engines import pqscan_shards
+from densehybrid.index.engines.pqscan_shards import ShardedScan, default_scan_threads, shard_bounds, split_codes
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.served.loading import load_index
 from densehybrid.service.app import create_app
@@ -56,6 +57,17 @@ def test_the_shards_are_contiguous_and_cover_every_row():
         assert bounds[0][0] == 0 and bounds[-1][1] == count and len(bounds) == min(count, shards)
         assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
         assert max(b - a for a, b in bounds) - min(b - a for a, b in bounds) <= 1
+
+
+def test_by_default_a_scan_spreads_over_the_cores_but_not_into_shards_too_small_to_pay(monkeypatch):
+    monkeypatch.setattr(pqscan_shards, "available_cores", lambda: 8)
+    assert default_scan_threads() == 4  # no size known: the cores, at most 4
+    assert default_scan_threads(75_000, 384) == 1  # 3.6 MB of codes: one shard
+    assert default_scan_threads(100_000, 384) == 2
+    assert default_scan_threads(100_000, 768) == 4  # twice the codes a row
+    assert default_scan_threads(8_800_000, 768) == 4
+    monkeypatch.setattr(pqscan_shards, "available_cores", lambda: 1)
+    assert default_scan_threads(8_800_000, 768) == 1
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 5])
@@ -171,13 +183,11 @@ def pqscan_index(tmp_path_factory):
 
 @pytest.mark.parametrize("threads, shown", [(2, 2), (0, None)])
 def test_info_shows_the_scan_threads_and_answers_do_not_change(pqscan_index, threads, shown):
-    from densehybrid.index.engines.pqscan_shards import default_scan_threads
-
     settings = ServiceSettings(index=pqscan_index, max_wait_ms=1, writes=False, recall_sample_rate=0,
                                scan_threads=threads)
     with LiveServer(create_app(settings, encoder=FakeEncoder("cls"), index=load_index(pqscan_index))) as live, \
             httpx.Client(base_url=live.url, timeout=30) as client:
         first_stage = client.get("/info").json()["index"]["first_stage"]
-        assert first_stage["scan_threads"] == (shown or default_scan_threads())
+        assert first_stage["scan_threads"] == (shown or 1)  # by default a small index's scan is not spread
         answer = client.post("/search", json={"query": "w1 w2 w3", "k": 5}).json()
         assert "scan_threads" not in answer["index"]["first_stage"] and len(answer["results"]) == 5

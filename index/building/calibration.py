@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from densehybrid.index.search.recall import recall_at_k
+from densehybrid.index.search.widening import as_float32
 from densehybrid.index.served.stated_recall import Choice, Point, choose
 
 __all__ = ["Choice", "Point", "choose", "measure", "point", "recall_at_k"]
@@ -85,7 +86,7 @@ def exact_search(xq: np.ndarray, values: np.ndarray, own_rows: np.ndarray, k: in
     best_scores = np.full((len(xq), 0), -np.inf, np.float32)
     best_rows = np.full((len(xq), 0), -1, np.int64)
     for s in range(0, len(values), _EXACT_CHUNK):
-        chunk = np.asarray(values[s:s + _EXACT_CHUNK], dtype=np.float32)
+        chunk = as_float32(values[s:s + _EXACT_CHUNK])
         scores = xq @ chunk.T
         rows = np.broadcast_to(np.arange(s, s + len(chunk)), scores.shape)
         scores = np.where(rows == own_rows[:, None], -np.inf, scores)

@@ -35,6 +35,7 @@ from densehybrid.index.errors import IndexLoadError, SearchError
 from densehybrid.index.search import gip
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.search.widening import as_float32
 from densehybrid.index.storage.files import HNSW_GRAPH, HNSW_NODE_ROWS
 
 ANN_FILE = HNSW_GRAPH  # the file this engine reads (its name is the index layout's, ``index.storage.files``)
@@ -130,7 +131,7 @@ def rescore(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -> tup
     valid = rows >= 0
     safe = np.where(valid, rows, 0)
     # one gather and a row-wise product per query: a few hundred rows, too few to pay for a threaded matmul
-    scores = np.stack([np.asarray(values[r], dtype=np.float32) @ q for q, r in zip(xq, safe)])
+    scores = np.stack([as_float32(values[r]) @ q for q, r in zip(xq, safe)])
     return gip.sort_by_score(np.where(valid, scores, -np.inf), np.where(valid, rows, -1), k)
 
 
@@ -148,7 +149,7 @@ def kept_exactly(xq: np.ndarray, values: np.ndarray, selection: Selection | None
     if flat is not None:
         return search_kept(flat, xq, depth, np.ones(len(values), bool) if selection is None else selection.mask)
     rows = np.arange(len(values)) if selection is None else np.flatnonzero(selection.mask)
-    return exact_over(xq, lambda chunk: np.asarray(values[chunk], dtype=np.float32), rows, depth)
+    return exact_over(xq, lambda chunk: as_float32(values[chunk]), rows, depth)
 
 
 # kept rows scored exactly after an approximate filtered search, to check its answer (about a millisecond)
@@ -180,7 +181,7 @@ def checked(xq: np.ndarray, values: np.ndarray, selection: Selection, found: tup
     scores, rows = found
     kept = np.flatnonzero(selection.mask)
     drawn = np.unique(kept[np.random.default_rng(seed).integers(0, len(kept), min(CHECKED_ROWS, len(kept)))])
-    drawn_scores = xq @ np.asarray(values[drawn], dtype=np.float32).T  # (Q, drawn)
+    drawn_scores = xq @ as_float32(values[drawn]).T  # (Q, drawn)
     last = np.where(rows[:, -1] >= 0, scores[:, -1], -np.inf)
     last = last + 1e-6 * np.maximum(1.0, np.abs(np.where(rows[:, -1] >= 0, last, 0.0)))  # not a tie of rounding
     outside = ~(drawn[None, :, None] == rows[:, None, :]).any(axis=2)

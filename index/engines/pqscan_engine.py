@@ -54,6 +54,7 @@ from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.gip import sort_by_score
 from densehybrid.index.search.vector_store import VectorStore
+from densehybrid.index.search.widening import as_float32
 from densehybrid.index.storage.files import PQSCAN_CODES
 
 ANN_FILE = PQSCAN_CODES
@@ -257,7 +258,7 @@ def rescore_kept(xq: np.ndarray, values: np.ndarray, rows: np.ndarray, k: int) -
     best_rows = np.full((len(xq), k), -1, np.int64)
     for i, (q, candidates) in enumerate(zip(xq, rows)):
         kept = np.sort(candidates[candidates >= 0])
-        scores = np.asarray(values[kept], dtype=np.float32) @ q
+        scores = as_float32(values[kept]) @ q
         top_scores, top_rows = sort_by_score(scores[None], kept[None], k)
         best_scores[i, :top_scores.shape[1]], best_rows[i, :top_rows.shape[1]] = top_scores[0], top_rows[0]
     return best_scores, best_rows

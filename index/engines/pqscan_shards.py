@@ -32,6 +32,11 @@ from densehybrid.index.search.ties import above_the_cut
 # scan of 1.5 ms (827k rows of 384 dims) cut into more pieces spends a growing share of them handing the
 # pieces to threads and merging their lists; the cap is a guess, not measured past 2.
 MAX_DEFAULT_SCAN_THREADS = 4
+# A shard of fewer codes scans faster than handing it to a thread and merging its list costs, so by default a
+# smaller index is not spread. Package summaries (384 dims, 48 bytes of codes a row), one query's code scan on
+# two threads against one (two shared cores, the counts taking turns query by query): 1.2-1.5x at 25k and 50k
+# rows, 0.84-0.92x at 100k, 0.66-0.75x at 200k.
+MIN_DEFAULT_SHARD_BYTES = 50_000 * 48
 
 
 def available_cores() -> int:
@@ -42,8 +47,13 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def default_scan_threads() -> int:
-    return max(1, min(available_cores(), MAX_DEFAULT_SCAN_THREADS))
+def default_scan_threads(rows: int | None = None, dim: int | None = None) -> int:
+    """The threads a query's scan spreads over by default: the cores, at most ``MAX_DEFAULT_SCAN_THREADS``, and
+    no more than shards of ``MIN_DEFAULT_SHARD_BYTES`` of codes each for ``rows`` of ``dim`` (None: no bound)."""
+    threads = min(available_cores(), MAX_DEFAULT_SCAN_THREADS)
+    if rows is not None and dim is not None:
+        threads = min(threads, rows * dim // 8 // MIN_DEFAULT_SHARD_BYTES)  # 4 bits per 4 dims: dim / 8 bytes a row
+    return max(1, threads)
 
 
 def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
@@ -91,6 +101,13 @@ class ShardedScan:
         self._pool = None if self.threads == 1 else ThreadPoolExecutor(
             self.threads - 1, thread_name_prefix="densehybrid-scan", initializer=faiss.omp_set_num_threads,
             initargs=(1,))  # each worker's OpenMP threads: one per list scanned
+        # What a lone query's scan of one list passes Faiss besides the query, made once: the threads of a spread
+        # query take the GIL in turns between their Faiss calls, so every Python step before a list's scan starts
+        # delays the others' (building these per search cost 0.05-0.18 ms of a 1.8 ms two-thread scan of 827k rows).
+        self._list_of = [np.full((1, 1), number, np.int64) for number in range(self.threads)]
+        self._no_centre = np.zeros((1, 1), np.float32)
+        self._pointers = [(faiss.swig_ptr(chosen), faiss.swig_ptr(self._no_centre)) for chosen in self._list_of]
+        self._unfiltered = faiss.SearchParametersIVF(nprobe=1)
 
     def search(self, xq: np.ndarray, k: int, params: faiss.SearchParameters | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -115,18 +132,20 @@ class ShardedScan:
             return self.scan.search(xq, k, params=params)
 
     def _spread(self, xq, k, selector) -> tuple[np.ndarray, np.ndarray]:
-        others = [self._pool.submit(self._scan_list, number, xq, k, selector) for number in range(1, self.threads)]
-        with omp_threads(1):
-            first = self._scan_list(0, xq, k, selector)  # the calling thread scans a list too
+        """A lone query ``xq`` (1, d): list 0 scanned on the calling thread, the others on the pool."""
+        params = self._unfiltered if selector is None else faiss.SearchParametersIVF(nprobe=1, sel=selector)
+        with omp_threads(1):  # set before the pool starts, so that setting it waits for no other thread
+            others = [self._pool.submit(self._scan_list, number, xq, k, params) for number in range(1, self.threads)]
+            first = self._scan_list(0, xq, k, params)
         return _merged([first, *(other.result() for other in others)], k)
 
-    def _scan_list(self, number: int, xq: np.ndarray, k: int, selector) -> tuple[np.ndarray, np.ndarray]:
-        """The best ``k`` of list ``number`` alone (Faiss's search of a list chosen for every query)."""
-        scores, ids = np.empty((len(xq), k), np.float32), np.empty((len(xq), k), np.int64)
-        chosen, unused = np.full((len(xq), 1), number, np.int64), np.zeros((len(xq), 1), np.float32)
-        params = faiss.SearchParametersIVF(nprobe=1, sel=selector)
-        self.scan.search_preassigned_c(len(xq), faiss.swig_ptr(xq), k, faiss.swig_ptr(chosen), faiss.swig_ptr(unused),
-                                       faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params)
+    def _scan_list(self, number: int, xq: np.ndarray, k: int, params) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` of list ``number`` alone for a lone query ``xq`` (1, d) (Faiss's search of a list chosen
+        for it); ``params``: one probe, and the row selector if any."""
+        scores, ids = np.empty((1, k), np.float32), np.empty((1, k), np.int64)
+        chosen, no_centre = self._pointers[number]
+        self.scan.search_preassigned_c(1, faiss.swig_ptr(xq), k, chosen, no_centre, faiss.swig_ptr(scores),
+                                       faiss.swig_ptr(ids), False, params)
         return scores, ids
 
 

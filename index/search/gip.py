@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from densehybrid.index.search.widening import as_float32
+
 # bound on gathered elements per scoring step (rows x columns of a block; capped at 1024 rows in _block_rows)
 _MAX_GATHER_ELEMENTS = 16_000_000
 _ROWS_PER_SCAN_CHUNK = 65_536
@@ -45,7 +47,7 @@ def _block_rows(dim: int) -> int:
 
 def _sparse_query_block(x: np.ndarray, g: np.ndarray, dims: np.ndarray, values: np.ndarray, gates: np.ndarray, block: np.ndarray) -> np.ndarray:
     """GIP over the gated dims ``dims`` only (the query's non-zero ones): gathers len(block) x len(dims) cells."""
-    pv = values[block[:, None], dims].astype(np.float32)
+    pv = as_float32(values[block[:, None], dims])
     pv *= gates[block[:, None], dims] == g[dims]
     return pv @ x[dims]
 
@@ -86,7 +88,7 @@ def score_rows(xq: np.ndarray, gq: np.ndarray | None, values: np.ndarray, gates:
                 if not sparse:
                     out[q, s:s + step] = _dense_query_block(x_t, g, values, gates, block, gated_dim)
                     continue
-                score = values[block, gated_dim:].astype(np.float32) @ open_x
+                score = as_float32(values[block, gated_dim:]) @ open_x
                 if dims.size:
                     score += _sparse_query_block(x, g, dims, values, gates, block)
                 out[q, s:s + step] = score
