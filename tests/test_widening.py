@@ -1,5 +1,7 @@
 """Stored float16 rows widened to float32: the same values numpy's cast gives, in any shape and size."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -27,3 +29,12 @@ def test_a_strided_view_and_other_types_are_widened_too():
     already = np.ones((2, 3), np.float32)
     assert as_float32(already) is already  # no copy
     assert np.array_equal(as_float32(np.arange(4, dtype=np.int64)), np.arange(4, dtype=np.float32))
+
+
+def test_rows_of_a_read_only_map_widen_without_a_warning(tmp_path):
+    path = tmp_path / "rows.f16"
+    np.arange(800, dtype=np.float16).reshape(100, 8).tofile(path)
+    rows = np.memmap(path, np.float16, "r", shape=(100, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.array_equal(as_float32(rows[10:20]), np.asarray(rows[10:20], np.float32))

@@ -25,6 +25,8 @@ def as_float32(rows: np.ndarray) -> np.ndarray:
     if rows.dtype != np.float16:
         return np.asarray(rows, dtype=np.float32)
     source = np.ascontiguousarray(rows).reshape(-1)
+    if not source.flags.writeable:  # a read-only map's rows: torch takes only arrays it could write to
+        source = source.copy()
     out = np.empty(source.shape, np.float32)
     with torch.inference_mode():
         narrow, wide = torch.from_numpy(source), torch.from_numpy(out)
