@@ -22,7 +22,7 @@ import typer
 from densehybrid.cli.errors import one_of
 from densehybrid.cli.settings_flags import replace_parameter
 from densehybrid.index.building.first_stage import AnnConfig
-from densehybrid.index.engines.hnsw_engine import ENCODINGS, HNSWConfig
+from densehybrid.index.engines.hnsw_engine import ENCODINGS, METRICS, HNSWConfig
 from densehybrid.index.engines.pqscan_engine import MAX_MARGIN, MAX_RESCORE, PQScanConfig
 from densehybrid.index.building.calibration import DEFAULT_TARGET
 
@@ -41,7 +41,7 @@ class FirstStageOptions:
     calibration_queries: Path | None = None  # a BEIR queries.jsonl to calibrate on, instead of cut passages
 
 
-def _options(ann: str, hnsw_m: int, ef_construction: int, ef_search: int | None, hnsw_codes: str,
+def _options(ann: str, hnsw_m: int, ef_construction: int, ef_search: int | None, hnsw_codes: str, hnsw_metric: str,
              pqscan_margin: float | None, rescore: int, target_recall: float,
              calibration_queries: Path | None) -> FirstStageOptions:
     if ann == "flat":
@@ -54,7 +54,8 @@ def _options(ann: str, hnsw_m: int, ef_construction: int, ef_search: int | None,
         return FirstStageOptions(ann=PQScanConfig(rescore=rescore, margin=_DEFAULT_PQSCAN.margin if pqscan_margin is None
                                                   else pqscan_margin), **calibrated)
     return FirstStageOptions(ann=HNSWConfig(m=hnsw_m, ef_construction=ef_construction,
-                                            ef_search=ef_search or _DEFAULT.ef_search, encoding=hnsw_codes),
+                                            ef_search=ef_search or _DEFAULT.ef_search, encoding=hnsw_codes,
+                                            metric=hnsw_metric),
                              **calibrated)
 
 
@@ -73,6 +74,11 @@ _FLAGS = [  # (parameter, type, default, flag)
     ("hnsw_codes", str, _DEFAULT.encoding, typer.Option("--hnsw-codes", callback=one_of(ENCODINGS),
                                                         help="--ann hnsw: how the graph stores vectors: sq8 "
                                                              "(1 byte a dim) or fp16 (2 bytes)")),
+    ("hnsw_metric", str, _DEFAULT.metric, typer.Option(
+        "--hnsw-metric", callback=one_of(METRICS),
+        help="--ann hnsw: how the graph links rows: inner_product, or l2_augmented (L2 over each row with one "
+             "more dim, as graphs were built before; on rows of unequal norms, as the DLR and fusion kinds' are, "
+             "it found far fewer of the exact top 10)")),
     ("pqscan_margin", Optional[float], None, typer.Option(
         "--pqscan-margin", min=0.0, max=MAX_MARGIN,
         help="--ann pqscan: the searches' default margin: candidates whose code score is within it (x |query|) of "

@@ -87,7 +87,7 @@ class ServiceSettings(BaseSettings):
     search_threads: int = Field(1, ge=1, le=64, description="threads running first stage + rerank")
     scan_threads: int = Field(0, ge=0, le=64, description="threads one query's pqscan code scan is split over, used "
                               "while the searches in flight leave cores idle (0: the cores this process may run on, "
-                              "at most 4, and one per 50k rows of 384 dims or 25k of 768)")
+                              "at most 4, and one per 100k rows)")
 
     # inputs: truncation and prompts
     auto_truncate: bool = Field(True, description="cut over-long texts to the role's max length when a request does "

@@ -205,7 +205,7 @@ def _make_searcher(index, settings: ServiceSettings):
     from densehybrid.index.search.searcher import Searcher
 
     device = resolve_search_device(settings.search_device, index)
-    scan_threads = settings.scan_threads or default_scan_threads(index.count, index.manifest.get("dim"))
+    scan_threads = settings.scan_threads or default_scan_threads(index.count)
     log.info("search device", extra={"fields": {"search_device": device, "scan_threads": scan_threads}})
     return Searcher(index, device=device, scan_threads=scan_threads)
 

@@ -1,6 +1,8 @@
 """Folds into an HNSW index add the written rows to the existing graph: dropped rows stay as dead nodes
 that no search returns, and the graph is built anew once too many are dead or a row is too long."""
 
+from dataclasses import replace
+
 import faiss
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from densehybrid.index.storage.documents import Document
 from densehybrid.index.served.loading import load_index, verify_index
 from densehybrid.index.writes.compaction import fold
 from densehybrid.index.writes.delta import Delta, delete, upsert
-from test_hnsw import brute_topk, clustered, make_index, recall
+from test_hnsw import SMALL, brute_topk, clustered, make_index, recall
 
 
 def _trained_ranges(index) -> np.ndarray:
@@ -24,10 +26,12 @@ def _trained_ranges(index) -> np.ndarray:
 
 
 def _written(n: int, seed: int, base) -> tuple[list[Document], np.ndarray]:
-    """``n`` new documents whose rows are no longer than the base's longest (the graph can take them)."""
+    """``n`` new documents; for a graph linked by L2 over augmented rows, no longer than the base's longest (the
+    graph can take them)."""
     values = clustered(n, base.spec.dim, seed)
-    longest = np.sqrt(hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"]).max_norm2)
-    values *= min(1.0, 0.95 * longest / np.linalg.norm(values, axis=1).max())
+    config = hnsw_engine.HNSWConfig.from_dict(base.manifest["first_stage"])
+    if config.metric == hnsw_engine.L2_AUGMENTED:
+        values *= min(1.0, 0.95 * np.sqrt(config.max_norm2) / np.linalg.norm(values, axis=1).max())
     return [Document(f"new{seed}-{i}", "", f"new text {i}") for i in range(n)], values
 
 
@@ -74,8 +78,10 @@ def test_a_filtered_walk_over_dead_nodes_returns_only_live_kept_rows(tmp_path, m
     assert recall(rows, brute_topk(xq, np.asarray(folded.values, np.float32), 10, np.flatnonzero(mask))[1]) == 1.0
 
 
-def test_the_graph_is_built_anew_past_the_dead_share_and_for_a_longer_row(tmp_path):
-    base = make_index(tmp_path, n=600)
+@pytest.mark.parametrize("metric", [hnsw_engine.INNER_PRODUCT, hnsw_engine.L2_AUGMENTED])
+def test_the_graph_is_built_anew_past_the_dead_share_and_an_augmented_one_for_a_longer_row(tmp_path, metric):
+    base = make_index(tmp_path, n=600, ann=replace(SMALL, metric=metric))
+    assert base.manifest["first_stage"]["metric"] == metric
     once = _fold(base, tmp_path / "gen", _written(10, 23, base), [f"doc{i}" for i in range(0, 600, 10)], seq=1)
     assert once.ann_rows is not None and np.mean(once.ann_rows < 0) < MAX_DEAD_FRACTION
     many = [f"doc{i}" for i in range(1, 600, 10)] + [f"doc{i}" for i in range(2, 600, 10)]
@@ -83,11 +89,12 @@ def test_the_graph_is_built_anew_past_the_dead_share_and_for_a_longer_row(tmp_pa
     assert twice.ann_rows is None and twice.ann.ntotal == twice.count == 440
     assert "node_rows" not in twice.manifest["first_stage"]
     docs, values = _written(5, 25, twice)
-    values[0] *= 3.0  # longer than every base row: the augmented dim would be wrong for it
-    rebuilt = _fold(twice, tmp_path / "gen", (docs, values), [], seq=3)
-    assert rebuilt.ann.ntotal == rebuilt.count == 445
-    assert not np.array_equal(_trained_ranges(rebuilt.ann), _trained_ranges(twice.ann))
-    _exhaustive_check(rebuilt, clustered(6, base.spec.dim, seed=15))
+    values[0] *= 3.0  # longer than every base row: an augmented dim would be wrong for it
+    folded = _fold(twice, tmp_path / "gen", (docs, values), [], seq=3)
+    assert folded.ann.ntotal == folded.count == 445
+    rebuilt = not np.array_equal(_trained_ranges(folded.ann), _trained_ranges(twice.ann))
+    assert rebuilt == (metric == hnsw_engine.L2_AUGMENTED)  # an inner-product graph just takes the row
+    _exhaustive_check(folded, clustered(6, base.spec.dim, seed=15))
 
 
 def test_verify_refuses_a_node_map_that_loses_a_row(tmp_path):

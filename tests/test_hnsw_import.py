@@ -2,6 +2,7 @@
 it shares with ``index build`` (``vectors.faiss`` and the graph; no ``values.npy``, no ``first_stage.faiss``);
 a request's ``ef_search`` reaches the graph only."""
 
+import faiss
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -47,7 +48,15 @@ def test_cli_import_takes_the_ann_options_and_refuses_the_retired_pq_flag(tmp_pa
                                       "--ef-search", "40"])
     assert result.exit_code == 0, result.output
     recorded = load_index(tmp_path / "ix").manifest["first_stage"]
-    assert (recorded["type"], recorded["m"], recorded["ef_search"]) == ("hnsw", 8, 40)
+    assert (recorded["type"], recorded["m"], recorded["ef_search"], recorded["metric"]) == ("hnsw", 8, 40, "inner_product")
+    augmented = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "old"), "--ann", "hnsw",
+                                         "--hnsw-metric", "l2_augmented"])
+    assert augmented.exit_code == 0, augmented.output
+    old = load_index(tmp_path / "old")
+    assert old.manifest["first_stage"]["metric"] == "l2_augmented" and old.manifest["first_stage"]["max_norm2"] > 0
+    assert old.ann.metric_type == faiss.METRIC_L2
+    unknown = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "odd"), "--ann", "hnsw", "--hnsw-metric", "cos"])
+    assert unknown.exit_code == 2 and "inner_product" in unknown.output, unknown.output
     refused = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "both"), "--ann", "hnsw", "--pq", "8"])
     assert refused.exit_code == 2 and "--pq" in refused.output, refused.output
     assert not (tmp_path / "both").exists()

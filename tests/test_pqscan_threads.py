@@ -62,12 +62,11 @@ def test_the_shards_are_contiguous_and_cover_every_row():
 def test_by_default_a_scan_spreads_over_the_cores_but_not_into_shards_too_small_to_pay(monkeypatch):
     monkeypatch.setattr(pqscan_shards, "available_cores", lambda: 8)
     assert default_scan_threads() == 4  # no size known: the cores, at most 4
-    assert default_scan_threads(75_000, 384) == 1  # 3.6 MB of codes: one shard
-    assert default_scan_threads(100_000, 384) == 2
-    assert default_scan_threads(100_000, 768) == 4  # twice the codes a row
-    assert default_scan_threads(8_800_000, 768) == 4
+    assert default_scan_threads(199_999) == 1  # shards of under 100k rows do not pay
+    assert default_scan_threads(200_000) == 2
+    assert default_scan_threads(8_800_000) == 4
     monkeypatch.setattr(pqscan_shards, "available_cores", lambda: 1)
-    assert default_scan_threads(8_800_000, 768) == 1
+    assert default_scan_threads(8_800_000) == 1
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 5])

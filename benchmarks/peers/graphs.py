@@ -76,9 +76,8 @@ class FaissGraph:
 
     def add(self, rows: np.ndarray) -> None:
         graph = faiss_engine.faiss.read_index(str(self.path))
-        max_norm2 = float(np.max(np.einsum("ij,ij->i", self.base, self.base)))
         with faiss_engine.omp_threads(2):
-            graph.add(hnsw_engine.augment_rows(rows, max_norm2, graph.d))
+            graph.add(hnsw_engine.graph_rows(rows, HNSWConfig(), graph.d))
 
     def close(self) -> None:
         for path in self.directory.iterdir():

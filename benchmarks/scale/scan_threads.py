@@ -128,7 +128,7 @@ def run(index_dir: Path, query_specs: list[str], threads: list[int], clients: li
               "model": index.spec.model_id, "queries": {name: len(g) for name, g in groups.items()}, "k": K,
               "first_stage": {k: v for k, v in index.manifest["first_stage"].items() if k != "calibration"},
               "machine": {"cores": available_cores(), "cpu_count": os.cpu_count(), "processor": platform.processor(),
-                          "default_scan_threads": default_scan_threads(index.count, int(index.values.shape[1]))},
+                          "default_scan_threads": default_scan_threads(index.count)},
               "same_answers": same_answers(stores, xq)}
     result["latency_ms"] = latency(stores, xq)
     result["throughput"] = throughputs(stores, xq, clients, rounds, seconds)

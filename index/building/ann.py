@@ -6,8 +6,8 @@ compaction call it the same way (through ``index.building.first_stage``). The ve
 graph itself. A fold calls :func:`fold_ann` instead: it adds the written rows to the base's graph,
 and the base rows the fold drops stay in the graph as dead nodes (``first_stage.hnsw.rows.npy`` maps
 each node to its row, -1 for a dead one, and searches never return those), until they pass
-``MAX_DEAD_FRACTION`` of the nodes or a written row is longer than the graph's augmentation allows:
-then the graph is built anew. The graph's links depend on the order threads insert rows, so two builds of the same
+``MAX_DEAD_FRACTION`` of the nodes or (in a graph linked by L2 over augmented rows, as graphs were
+written before) a written row is longer than the augmentation allows: then the graph is built anew. The graph's links depend on the order threads insert rows, so two builds of the same
 vectors give graphs that differ slightly (their searches agree on all but a few candidates).
 """
 
@@ -24,8 +24,8 @@ from dataclasses import replace
 
 from densehybrid.index.building.row_chunks import chunks, without
 from densehybrid.index.engines.faiss_engine import train_sample
-from densehybrid.index.engines.hnsw_engine import (ANN_FILE, ENCODINGS, NODE_ROWS, HNSWConfig, augment_rows,
-                                                   graph_width)
+from densehybrid.index.engines.hnsw_engine import (ANN_FILE, ENCODINGS, L2_AUGMENTED, METRICS, NODE_ROWS,
+                                                   HNSWConfig, graph_rows, graph_width)
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,9 @@ MAX_DEAD_FRACTION = 0.2
 
 
 def new_hnsw(dim: int, config: HNSWConfig) -> faiss.Index:
-    """An empty L2 HNSW index of the rows' augmented dims (``graph_width``) over ``config.encoding`` codes."""
-    index = faiss.IndexHNSWSQ(graph_width(dim), ENCODINGS[config.encoding], config.m, faiss.METRIC_L2)
+    """An empty HNSW index of ``graph_width`` dims over ``config.encoding`` codes, linked by ``config.metric``."""
+    index = faiss.IndexHNSWSQ(graph_width(dim, config.metric), ENCODINGS[config.encoding], config.m,
+                              METRICS[config.metric])
     index.hnsw.efConstruction = config.ef_construction
     index.hnsw.efSearch = config.ef_search
     return index
@@ -51,17 +52,16 @@ def max_norm2(xb: np.ndarray) -> float:
 
 def build_hnsw(xb: np.ndarray, config: HNSWConfig, skip: np.ndarray | None = None) -> tuple[faiss.Index, HNSWConfig]:
     """The graph of ``xb`` (N, dim) float16/float32 (a memory map is fine), rows added in chunks, and
-    ``config`` with the rows' ``max_norm2``. With ``skip`` (sorted rows) those rows are left out of the graph
+    ``config`` (``l2_augmented``: with the rows' ``max_norm2``). With ``skip`` (sorted rows) those rows are left out of the graph
     and of its training (a calibration's held-out rows): node i is then the i-th row not skipped."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"an HNSW first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
-    config = replace(config, max_norm2=max_norm2(xb))
+    config = replace(config, max_norm2=max_norm2(xb) if config.metric == L2_AUGMENTED else 0.0)
     index = new_hnsw(xb.shape[1], config)
-    index.train(augment_rows(xb[without(train_sample(len(xb), config.train_size, config.seed), skip)],
-                             config.max_norm2))
+    index.train(graph_rows(xb[without(train_sample(len(xb), config.train_size, config.seed), skip)], config))
     started = time.perf_counter()
     for rows, part in chunks(xb, skip, _ADD_ROWS):
-        index.add(augment_rows(part, config.max_norm2))
+        index.add(graph_rows(part, config))
         log.debug("hnsw: %d of %d rows added (%.0f s)", rows[-1] + 1, len(xb), time.perf_counter() - started)
     return index, config
 
@@ -69,7 +69,7 @@ def build_hnsw(xb: np.ndarray, config: HNSWConfig, skip: np.ndarray | None = Non
 def add_rows(index: faiss.Index, xb: np.ndarray, rows: np.ndarray, config: HNSWConfig) -> None:
     """Add ``xb[rows]`` to the graph ``index`` as its next nodes (the rows a calibration held out)."""
     for s in range(0, len(rows), _ADD_ROWS):
-        index.add(augment_rows(xb[rows[s:s + _ADD_ROWS]], config.max_norm2, index.d))
+        index.add(graph_rows(xb[rows[s:s + _ADD_ROWS]], config, index.d))
 
 
 def save_hnsw(index: faiss.Index, directory: str | Path, config: HNSWConfig, nodes: np.ndarray) -> dict:
@@ -103,8 +103,9 @@ def folded_nodes(base_nodes: np.ndarray, new_row_of: np.ndarray, count: int) -> 
 
 def must_rebuild(nodes: np.ndarray, added: np.ndarray, config: HNSWConfig) -> bool:
     """Whether a fold builds the graph anew rather than adding ``added`` (n, dim) to it: past
-    ``MAX_DEAD_FRACTION`` dead ``nodes``, or an added row longer than the graph's augmentation allows."""
-    return bool(np.mean(nodes < 0) > MAX_DEAD_FRACTION or (len(added) and max_norm2(added) > config.max_norm2))
+    ``MAX_DEAD_FRACTION`` dead ``nodes``, or (``l2_augmented``) an added row longer than its augmentation allows."""
+    too_long = config.metric == L2_AUGMENTED and len(added) and max_norm2(added) > config.max_norm2
+    return bool(np.mean(nodes < 0) > MAX_DEAD_FRACTION or too_long)
 
 
 def fold_ann(values: np.ndarray, directory: Path, base_directory: Path, nodes: np.ndarray, first_added: int,
@@ -118,7 +119,7 @@ def fold_ann(values: np.ndarray, directory: Path, base_directory: Path, nodes: n
     started = time.perf_counter()
     index = faiss.read_index(str(Path(base_directory) / ANN_FILE))  # read in whole: rows are added to it
     for s in range(0, len(added), _ADD_ROWS):
-        index.add(augment_rows(added[s:s + _ADD_ROWS], config.max_norm2, index.d))  # the base graph's width
+        index.add(graph_rows(added[s:s + _ADD_ROWS], config, index.d))  # the base graph's width
     log.info("hnsw first stage: %d rows added to the graph of %d nodes (%d dead) in %.1f s", len(added),
              len(nodes) - len(added), int(np.sum(nodes < 0)), time.perf_counter() - started)
     return save_hnsw(index, directory, config, nodes)

@@ -32,11 +32,11 @@ from densehybrid.index.search.ties import above_the_cut
 # scan of 1.5 ms (827k rows of 384 dims) cut into more pieces spends a growing share of them handing the
 # pieces to threads and merging their lists; the cap is a guess, not measured past 2.
 MAX_DEFAULT_SCAN_THREADS = 4
-# A shard of fewer codes scans faster than handing it to a thread and merging its list costs, so by default a
-# smaller index is not spread. Package summaries (384 dims, 48 bytes of codes a row), one query's code scan on
-# two threads against one (two shared cores, the counts taking turns query by query): 1.2-1.5x at 25k and 50k
-# rows, 0.84-0.92x at 100k, 0.66-0.75x at 200k.
-MIN_DEFAULT_SHARD_BYTES = 50_000 * 48
+# A shard of fewer rows does not pay for handing it to a thread and merging its list, so by default a smaller
+# index is not spread. One query's whole search (scan, merge, rescoring), two threads against one, two shared
+# cores: 384-dim MiniLM rows 1.02x at 100k and 0.90x at 200k; 768-dim DLR rows 1.28x at 50k, 1.11x at 100k and
+# 0.85x at 207k. (The code scan alone splits earlier: 0.84-0.92x at 100k rows of 384 dims.)
+MIN_DEFAULT_SHARD_ROWS = 100_000
 
 
 def available_cores() -> int:
@@ -47,13 +47,11 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def default_scan_threads(rows: int | None = None, dim: int | None = None) -> int:
+def default_scan_threads(rows: int | None = None) -> int:
     """The threads a query's scan spreads over by default: the cores, at most ``MAX_DEFAULT_SCAN_THREADS``, and
-    no more than shards of ``MIN_DEFAULT_SHARD_BYTES`` of codes each for ``rows`` of ``dim`` (None: no bound)."""
+    no more than shards of ``MIN_DEFAULT_SHARD_ROWS`` each of ``rows`` (None: no bound)."""
     threads = min(available_cores(), MAX_DEFAULT_SCAN_THREADS)
-    if rows is not None and dim is not None:
-        threads = min(threads, rows * dim // 8 // MIN_DEFAULT_SHARD_BYTES)  # 4 bits per 4 dims: dim / 8 bytes a row
-    return max(1, threads)
+    return max(1, threads if rows is None else min(threads, rows // MIN_DEFAULT_SHARD_ROWS))
 
 
 def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
