@@ -41,8 +41,8 @@ class FirstStageOptions:
     calibration_queries: Path | None = None  # a BEIR queries.jsonl to calibrate on, instead of cut passages
 
 
-def _options(ann: str, hnsw_m: int, ef_construction: int, ef_search: int | None, hnsw_codes: str, hnsw_metric: str,
-             pqscan_margin: float | None, rescore: int, target_recall: float,
+def _options(ann: str, hnsw_m: int, ef_construction: int, ef_search: int | None, hnsw_codes: str,
+             hnsw_metric: str, pqscan_margin: float | None, rescore: int, target_recall: float,
              calibration_queries: Path | None) -> FirstStageOptions:
     if ann == "flat":
         return FirstStageOptions()

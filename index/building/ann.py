@@ -7,8 +7,9 @@ graph itself. A fold calls :func:`fold_ann` instead: it adds the written rows to
 and the base rows the fold drops stay in the graph as dead nodes (``first_stage.hnsw.rows.npy`` maps
 each node to its row, -1 for a dead one, and searches never return those), until they pass
 ``MAX_DEAD_FRACTION`` of the nodes or (in a graph linked by L2 over augmented rows, as graphs were
-written before) a written row is longer than the augmentation allows: then the graph is built anew. The graph's links depend on the order threads insert rows, so two builds of the same
-vectors give graphs that differ slightly (their searches agree on all but a few candidates).
+written before) a written row is longer than the augmentation allows: then the graph is built anew. The
+graph's links depend on the order threads insert rows, so two builds of the same vectors give graphs that
+differ slightly (their searches agree on all but a few candidates).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def max_norm2(xb: np.ndarray) -> float:
 
 def build_hnsw(xb: np.ndarray, config: HNSWConfig, skip: np.ndarray | None = None) -> tuple[faiss.Index, HNSWConfig]:
     """The graph of ``xb`` (N, dim) float16/float32 (a memory map is fine), rows added in chunks, and
-    ``config`` (``l2_augmented``: with the rows' ``max_norm2``). With ``skip`` (sorted rows) those rows are left out of the graph
-    and of its training (a calibration's held-out rows): node i is then the i-th row not skipped."""
+    ``config`` (``l2_augmented``: with the rows' ``max_norm2``). With ``skip`` (sorted rows) those rows are left
+    out of the graph and of its training (a calibration's held-out rows): node i is then the i-th row not skipped."""
     if xb.ndim != 2 or len(xb) == 0:
         raise ValueError(f"an HNSW first stage needs a non-empty (N, dim) array, got shape {xb.shape}")
     config = replace(config, max_norm2=max_norm2(xb) if config.metric == L2_AUGMENTED else 0.0)
