@@ -60,6 +60,22 @@ def test_the_served_answers_are_timed_and_scored_against_the_exact_top_10(tmp_pa
     assert out["server_ms"]["encode_ms"]["p50"] > 0 and out["search_ms"]["p50"] > out["server_ms"]["search_ms"]["p50"]
 
 
+def test_the_live_recall_of_a_gated_kind_matches_an_offline_comparison_of_its_first_stage(tmp_path,
+                                                                                         splade_tiny_dir):
+    from densehybrid.bench.scale import live_recall
+
+    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=300)
+    built = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model",
+                                     "splade-tiny", "--kind", "dlr", "--out", str(tmp_path / "index"), "--no-progress",
+                                     "--ann", "pqscan", "--pqscan-margin", "0.3"])
+    assert built.exit_code == 0, built.output
+    texts = [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    groups = {"near": [t[:80] for t in texts[:6]], "far": ["what is the capital of france", "how do whales sleep"]}
+    truth = live_recall.truth(tmp_path / "index", groups, {"margin": 0, "rescore": 10})
+    for breadth in ("default", "narrow"):  # the GIP rerank reorders the hits; the first stage's are compared
+        assert truth[breadth]["samples"] == 8 and abs(truth[breadth]["difference"]) <= 1e-3, truth
+
+
 def test_the_live_recall_matches_an_offline_comparison_and_its_cost_is_measured(tmp_path, minilm_dir):
     from densehybrid.bench.scale import live_recall
 

@@ -13,7 +13,8 @@ Two measurements, each against ``densehybrid serve`` processes of the same index
   sample gives the ratios the machine's noise alone makes.
 - **Truth.** A server samples every query (rate 1, a window larger than the run). Each query is sent once,
   with the index's default breadth and again with ``--narrow`` (a breadth that loses rows, so that the
-  comparison can tell), after its vector was asked for alone (``/encode``, as ``/search`` encodes a lone
+  comparison can tell), without the rerank (``"rerank": false``: the hits of a gated kind are then the
+  first stage's own top 10, which the live recall measures), after its vector was asked for alone (``/encode``, as ``/search`` encodes a lone
   request). After the server stops, the exact top 10 of each vector over the stored rows is computed here
   and compared with the ids each answer held: the live recall in ``/info`` should equal that mean.
 """
@@ -38,6 +39,9 @@ from densehybrid.index.served.loading import load_index
 K = 10
 WARM_UP = 5
 DEFAULT_NARROW = {"margin": 0, "rescore": 50}
+# the truth's answers are the first stage's own top 10: a gated kind's GIP rerank reorders the hits, and the live
+# recall is the first stage's (a kind without gates ignores the field)
+FIRST_STAGE_ORDER = {"rerank": False}
 
 
 def _serve(index_dir: Path, *flags: str, serve_args=()):
@@ -118,8 +122,9 @@ def truth(index_dir: Path, groups: dict[str, list[str]], narrow: dict, serve_arg
             for breadth, extra in (("default", None), ("narrow", narrow)):
                 before = client.get("/info").json()["index"]["first_stage"]["live_recall"]
                 sum_before, count_before = metrics_sums(client)
+                asked = FIRST_STAGE_ORDER | (extra or {})
                 for name, texts in groups.items():
-                    answered[breadth][name] = [{h["id"] for h in _search_ms(client, t, extra)[1]["results"]}
+                    answered[breadth][name] = [{h["id"] for h in _search_ms(client, t, asked)[1]["results"]}
                                                for t in texts]
                 deadline = time.monotonic() + 300
                 while (now := client.get("/info").json()["index"]["first_stage"]["live_recall"])["measured"] \
