@@ -30,7 +30,7 @@ Queries or passages that occur twice are dropped; a seeded sample of the pairs i
 second one of the corpus the queries (as ``stdlib_eval_set``).
 
     python -m densehybrid.cli.held_out_sets OUT_DIR [--set NAME]...
-        [--passages 1500] [--queries 400]
+        [--passages 1500] [--queries 400] [--man-root DIR]
 
 writes ``OUT_DIR/SET/corpus.jsonl``, ``queries.jsonl`` and ``qrels.tsv`` (BEIR columns) and prints
 each file's SHA-256, so a set built again can be told apart from the one measured.
@@ -170,9 +170,9 @@ def format_pairs(root: Path = MAN) -> list[Pair]:
     return unique(pairs)
 
 
-def identifier_pairs() -> list[Pair]:
+def identifier_pairs(root: Path = MAN) -> list[Pair]:
     pairs = []
-    for name, page in pages(("2", "3")):
+    for name, page in pages(("2", "3"), root):
         words = page.sections.get("DESCRIPTION", "").split()
         query = page.names[0] if page.names else ""
         if len(words) >= MIN_WORDS and re.fullmatch(r"[A-Za-z_][\w:.]*", query):
@@ -180,9 +180,9 @@ def identifier_pairs() -> list[Pair]:
     return unique(pairs)
 
 
-def long_pairs() -> list[Pair]:
+def long_pairs(root: Path = MAN) -> list[Pair]:
     pairs = []
-    for name, page in pages(("1", "8")):
+    for name, page in pages(("1", "8"), root):
         titles = list(page.sections)
         if "DESCRIPTION" not in titles:
             continue
@@ -194,8 +194,8 @@ def long_pairs() -> list[Pair]:
     return unique(pairs)
 
 
-def option_pairs() -> list[Pair]:
-    return named_once_pairs(("1", "8"), OPTION)
+def option_pairs(root: Path = MAN) -> list[Pair]:
+    return named_once_pairs(("1", "8"), OPTION, root)
 
 
 def key_pairs(root: Path = MAN) -> list[Pair]:
@@ -219,10 +219,13 @@ def named_once_pairs(sections: tuple[str, ...], pattern: re.Pattern, root: Path 
     return unique(pairs)
 
 
-SETS: dict[str, Callable[[], list[Pair]]] = {"entities": entity_pairs, "computing": computing_pairs,
+SETS: dict[str, Callable[..., list[Pair]]] = {"entities": entity_pairs, "computing": computing_pairs,
                                              "identifiers": identifier_pairs, "long": long_pairs,
                                              "options": option_pairs, "words": word_pairs,
                                              "formats": format_pairs, "keys": key_pairs}
+
+
+MAN_SETS = ("identifiers", "long", "options", "formats", "keys")  # the sets made of manual pages
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -237,9 +240,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--passages", type=int, default=1500)
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--man-root", type=Path, default=None,
+                        help="the manual pages' folder (its man1 ... man8) for the sets made of them; default "
+                             f"{MAN}, e.g. pages unpacked from packages that are not installed")
     args = parser.parse_args(argv)
     for name in args.sets or list(SETS):
-        pairs = SETS[name]()
+        pairs = SETS[name](args.man_root) if args.man_root and name in MAN_SETS else SETS[name]()
         corpus, queries = write_pairs(args.out / name, pairs, args.passages, args.queries, args.seed)
         print(f"{name}: {len(pairs)} pairs, {corpus} passages, {queries} queries")
         for file, digest in digests(args.out / name).items():

@@ -148,3 +148,20 @@ def test_a_key_one_page_alone_names_points_at_that_page_and_a_format_at_its_desc
     formats = held_out_sets.format_pairs(tmp_path)  # "another file" is too short a summary to ask by
     assert [(i, q) for i, q, _ in formats] == [("man5/sshd_config.5", "OpenSSH daemon configuration file")]
     assert formats[0][2].startswith("word0 word1 ")
+
+
+def test_the_manual_page_sets_can_be_built_from_pages_that_are_not_installed(tmp_path, capsys):
+    root = tmp_path / "unpacked" / "usr" / "share" / "man"
+    for section in ("1", "3"):
+        (root / f"man{section}").mkdir(parents=True)
+    filler = " ".join(f"word{i}" for i in range(30))
+    for name in ("alpha", "beta"):  # each names one option no other page names
+        (root / "man1" / f"{name}.1").write_text(_page(name, f"the {name} tool", f"{filler} --{name}-only-option."))
+        (root / "man3" / f"{name}_call.3").write_text(_page(f"{name}_call", f"the {name} call", f"{name} {filler}"))
+    held_out_sets.main([str(tmp_path / "sets"), "--set", "options", "--set", "identifiers", "--man-root", str(root),
+                        "--passages", "2", "--queries", "2"])
+    for name, queries in (("options", {"--alpha-only-option", "--beta-only-option"}),
+                          ("identifiers", {"alpha_call", "beta_call"})):
+        got = [json.loads(line)["text"] for line in (tmp_path / "sets" / name / "queries.jsonl").open()]
+        assert set(got) == queries
+    assert "options: 2 pairs" in capsys.readouterr().out
