@@ -15,6 +15,7 @@ from fastapi import Request
 
 from densehybrid.encoder.base import Direction, Encoded, Role
 from densehybrid.encoder.prompts import Prompts, PromptError
+from densehybrid.index.search import identifiers
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.served.stated_recall import stated
 from densehybrid.service import scoring
@@ -153,9 +154,11 @@ def _check_text_size(rt: Runtime, returned_bytes: int) -> None:
                               "(max_return_text_bytes): lower k or leave return_text off")
 
 
-def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[dict]]:
+def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float, held: list[list[bool]] | None = None
+          ) -> list[list[dict]]:
     """Search results -> one hit list per query, with text and explanations when asked: the first
-    ``max_explain_hits`` hits in answer order are explained, the rest are not (:func:`explained_hits`)."""
+    ``max_explain_hits`` hits in answer order are explained, the rest are not (:func:`explained_hits`).
+    ``held``: per query, which hits hold the query whole (an identifier's holders, ranked first)."""
     per_query, text_bytes = [], 0
     explain_left = rt.settings.max_explain_hits if body.explain else 0
     for q, (ids, scores, rows) in enumerate(zip(found.ids, found.scores, found.rows)):
@@ -164,6 +167,9 @@ def _hits(rt: Runtime, body, encoded: Encoded, found, lam: float) -> list[list[d
         if found.lexical_scores is not None:
             for hit, lexical, dense in zip(hits, found.lexical_scores[q], found.dense_scores[q]):
                 hit.update(lexical_score=lexical, dense_score=dense, fused_score=hit["score"])
+        for hit, holds in zip(hits, held[q] if held else ()):
+            if holds:
+                hit.update(exact_match=True, fused_score=hit["score"] - identifiers.HOLDER_BONUS)
         if body.return_text:
             for hit, doc in zip(hits, rt.index.get_many([h["id"] for h in hits])):
                 hit.update(title=doc.title if doc else None, text=doc.text if doc else None)
@@ -190,8 +196,16 @@ async def search(rt: Runtime, request: Request, body) -> dict:
                           theta=body.theta, rerank=body.rerank, lam=body.lam, method=body.fusion, rrf_k=body.rrf_k,
                           filter=body.filter, **breadth)
     options = request_text_options(rt, "query", body, search=True)
-    per_query, timing = await rt.pipeline.search(request, texts, params if k else None,
-                                                 lambda encoded, found: _hits(rt, body, encoded, found, lam), options)
+    holders_first = bool(k) and identifiers.applies(index, params, texts)
+
+    def shape(encoded: Encoded, found) -> list[list[dict]]:
+        held = None
+        if holders_first:
+            found, held = identifiers.holders_first_page(found, texts, rt.index.get_many, body.offset, k)
+        return _hits(rt, body, encoded, found, lam, held)
+
+    searched = identifiers.widened(params, index.count) if holders_first else params
+    per_query, timing = await rt.pipeline.search(request, texts, searched if k else None, shape, options)
     if per_query is None:
         per_query = [[] for _ in texts]
     answer = {"results": per_query[0] if body.query is not None else per_query, "timing": timing,

@@ -18,6 +18,7 @@ from densehybrid.encoder.config import EncoderConfig
 from densehybrid.index import evaluate
 from densehybrid.index.storage.compatibility import check_compatible
 from densehybrid.index.served.local import IndexFiles
+from densehybrid.index.search import identifiers
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.mix import resolve_method
 from densehybrid.index.search.searcher import Searcher, SearchResults
@@ -68,7 +69,12 @@ def search_texts(encoder: Encoder, searcher: Searcher, texts: list[str], params:
     prompt = searcher.index.prompts.for_role("query")  # the index's query prompt, as /search applies it
     start = time.perf_counter()
     batches = [b.encoded for b in encode_in_batches(encoder, [prompt + text for text in texts], "query", batch_size)]
-    return _search_batches(searcher, batches, params, {"encode_ms": (time.perf_counter() - start) * 1000})
+    timing = {"encode_ms": (time.perf_counter() - start) * 1000}
+    if not identifiers.applies(searcher.index, params, texts):
+        return _search_batches(searcher, batches, params, timing)
+    # an identifier's holders first, as /search ranks them
+    found = _search_batches(searcher, batches, identifiers.widened(params, searcher.index.count), timing)
+    return identifiers.holders_first_page(found, texts, searcher.index.get_many, params.offset, params.k)[0]
 
 
 @dataclass
