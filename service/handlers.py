@@ -249,6 +249,7 @@ def info(rt: Runtime) -> dict:
         "index": None if index is None else {"name": index.name, "documents": index.count,
                                              "dim": spec.dim, "lam": float(index.lam), "fields": index.field_types,
                                              "fusion": index.manifest.get("fusion"),
+                                             "identifiers_first": identifiers.described(index),
                                              "precision": index.encoded_precision,
                                              "first_stage": index.first_stage | measured_on_traffic(rt)},
         "search_lambda": None if index is None else float(index.lam),

@@ -201,6 +201,9 @@ class IndexInfo(BaseModel):
         "dhr/fusion: the manifest's fusion entry: the default method (auto: the mix chosen from the corpus at "
         "build, recorded under 'auto' with its statistics), the fixed methods' dense_weight and rrf_k; a "
         "request's 'fusion' overrides the method; null for other kinds"))
+    identifiers_first: dict[str, Any] | None = Field(None, description=(
+        "under the auto mix: an identifier asked alone has the hits among the mix's best `depth` that hold it whole "
+        "ranked first (`exact_match`, score + `score_bonus`); null when the default method is not auto"))
     precision: str = Field("fp32", description="what the index's passages were encoded in: fp32 or int8")
     first_stage: FirstStage
 

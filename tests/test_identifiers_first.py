@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -9,8 +10,8 @@ import pytest
 from densehybrid.bench.servers.start import LiveServer
 from densehybrid.index.building.build import BuildOptions, build_index
 from densehybrid.index.building.commands import search_texts
-from densehybrid.index.search.identifiers import (DEPTH, HOLDER_BONUS, holders_first, holders_first_page, holds_whole,
-                                                  looks_like_identifier, widened)
+from densehybrid.index.search.identifiers import (DEPTH, HOLDER_BONUS, described, holders_first, holders_first_page,
+                                                  holds_whole, looks_like_identifier, widened)
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from densehybrid.index.served.loading import load_index
@@ -109,15 +110,24 @@ def test_search_and_eval_put_an_identifiers_holders_first_and_mark_them(named_in
     assert len(holders) == 2  # both are among the mix's best DEPTH of 240
     app = create_app(ServiceSettings(max_wait_ms=5), encoder=encoder, index=index)
     with LiveServer(app) as live, httpx.Client(base_url=live.url, timeout=30) as client:
+        info = client.get("/info").json()["index"]["identifiers_first"]
         first = client.post("/search", json={"query": "--dry-run", "k": 4}).json()["results"]
         second = client.post("/search", json={"query": "--dry-run", "k": 1, "offset": 1}).json()["results"]
         plain = client.post("/search", json={"query": "--dry-run", "k": 4, "fusion": "zscore"}).json()["results"]
         prose = client.post("/search", json={"query": "term1 term2", "k": 4}).json()["results"]
     assert [h["id"] for h in first] == holders + [i for i in mix if i not in holders][:2]
     assert [h.get("exact_match") for h in first] == [True, True, None, None]
+    assert info["depth"] == DEPTH and info["score_bonus"] == HOLDER_BONUS
     assert first[0]["fused_score"] == pytest.approx(first[0]["score"] - HOLDER_BONUS)
     assert [(h["id"], h["rank"]) for h in second] == [(holders[1], 2)]
     zscore = Searcher(index).search(encoder.encode(["--dry-run"], "query"), SearchParams(k=4, method="zscore")).ids[0]
     assert [h["id"] for h in plain] == zscore and all("exact_match" not in h for h in plain + prose)
     found = search_texts(encoder, Searcher(index), ["--dry-run", "term1 term2"], SearchParams(k=4))
     assert found.ids[0] == [h["id"] for h in first] and found.ids[1] == [h["id"] for h in prose]
+
+
+@pytest.mark.parametrize(("kind", "method", "told"), [("fusion", "auto", True), ("dhr", "auto", True),
+                                                      ("fusion", "zscore", False), ("cls", "auto", False)])
+def test_info_describes_the_rule_only_where_the_default_is_the_auto_mix(kind, method, told):
+    index = SimpleNamespace(spec=SimpleNamespace(kind=kind), fusion_method=method)
+    assert (described(index) is not None) == told

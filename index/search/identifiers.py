@@ -69,6 +69,15 @@ def applies(index: ServedIndex, params: SearchParams, queries: Sequence[str]) ->
             and any(map(looks_like_identifier, queries)))
 
 
+def described(index: ServedIndex) -> dict | None:
+    """What ``/info`` says of the rule for ``index``: None unless its default method is ``auto``."""
+    if resolve_method(index, None, None) != "auto":
+        return None
+    return {"depth": DEPTH, "score_bonus": HOLDER_BONUS,
+            "identifier": "one token holding - _ . : / or $, or inner capitals",
+            "holds": "the title or text holds it with no letter, digit, _ or - on either side"}
+
+
 def widened(params: SearchParams, rows: int) -> SearchParams:
     """The search that :func:`holders_first_page` cuts the page of ``params`` from: its hits from the first,
     at least ``DEPTH`` of them (of ``rows``)."""
