@@ -5,10 +5,11 @@
 Times, each on its own (median of 50 after 5 warm-ups, synchronised): the three ways to write the
 inner products of one query with every row (``q @ V.T``, ``V @ q.T``, ``torch.mv``), the top 1,000 of
 the scores in float32 and float16, a copy of the rows (the bandwidth reference), the whole
-``TorchFlatIndex.search`` at k = 1,000 and 11, and its device part (the product and the top-k)
-replayed from a CUDA graph with the scores' top-k in each split of ``torch_graphs.PARTS`` (what
-launching costs, and what each split saves); prints them as JSON with each one's share of the search
-and the split the search's own capture chose.
+``TorchFlatIndex.search`` at k = 1,000 and 11, its device part (the product and the top-k) replayed
+from a CUDA graph with the scores' top-k in each split of ``torch_graphs.PARTS`` (what launching
+costs, and what each split saves), and what the search adds around its graph (the copies in and out,
+through pinned and through pageable buffers, and the host's ordering); prints them as JSON with each
+one's share of the search and the split the search's own capture chose.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import numpy as np
 import torch
 
 from densehybrid.encoder.cuda_graph import capture
+from densehybrid.encoder.device import to_host
 from densehybrid.index.engines.torch_engine import TorchFlatIndex
 from densehybrid.index.engines.torch_graphs import PARTS, top_k_over_chunks
+from densehybrid.index.search.gip import sort_by_score
 
 DIM, DEPTH = 768, 1000
 
@@ -53,6 +56,27 @@ def _graphed_ms(index: TorchFlatIndex, query: torch.Tensor, device: torch.device
     return _median_ms(graph.replay, device)
 
 
+@torch.inference_mode()  # the pageable path writes the inference tensor its graph captured
+def _host_side(index: TorchFlatIndex, xq: np.ndarray, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
+    """What the search adds around its graph at k = 1,000: the query's copy in and the top k's copy out, through
+    the index's pinned buffers and, for comparison, through pageable ones (a copy and a wait each), and the
+    host's ordering of the top k."""
+    chunks, query = index.shards[0], torch.empty(1, DIM, device=device, dtype=dtype)
+    (scores, rows), graph = capture(lambda: top_k_over_chunks(query, [c.values for c in chunks],
+                                                              [c.start for c in chunks], DEPTH), device)
+
+    def pageable():
+        query.copy_(torch.from_numpy(xq).to(device, dtype))
+        graph.replay()
+        return to_host(scores, rows)
+
+    found_scores, found_rows = index.graphed[0](xq, DEPTH)
+    return {f"graphed call k={DEPTH}, pinned buffers": _median_ms(lambda: index.graphed[0](xq, DEPTH), device),
+            f"graphed call k={DEPTH}, pageable copies": _median_ms(pageable, device),
+            f"host ordering of the top {DEPTH}": _median_ms(lambda: sort_by_score(found_scores, found_rows, DEPTH),
+                                                          device)}
+
+
 def parts(device: torch.device, rows: int) -> dict:
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     host = torch.randn(rows, DIM).numpy()
@@ -77,6 +101,7 @@ def parts(device: torch.device, rows: int) -> dict:
         for k in (DEPTH, 11):
             for split in PARTS:
                 timings[f"device part k={k}, graphed, {split} parts"] = _graphed_ms(index, query, device, k, split)
+        timings.update(_host_side(index, xq, device, dtype))
     nbytes = values.numel() * values.element_size()
     return {"device": str(device), "rows": rows, "dtype": str(dtype).removeprefix("torch."),
             "ms": {name: round(ms, 4) for name, ms in timings.items()},

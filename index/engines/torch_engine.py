@@ -100,12 +100,13 @@ class TorchFlatIndex:
     def _search_on(self, device: torch.device, chunks: list[_Chunk], graphed: GraphedTopK, xq: np.ndarray, k: int,
                    mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """One device's top ``k`` (unordered) -> (scores float32, global rows) on the host."""
-        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(device, self.dtype)
+        xq = np.ascontiguousarray(xq, dtype=np.float32)
         depth = min(k, sum(chunk.values.shape[0] for chunk in chunks))
         if mask is None and graphed.fits(len(xq), depth):
-            replayed = graphed(q, depth)
+            replayed = graphed(xq, depth)
             if replayed is not None:
                 return replayed[0], replayed[1]
+        q = torch.from_numpy(xq).to(device, self.dtype)
         masks = None if mask is None else [
             torch.from_numpy(np.array(mask[c.start:c.start + c.values.shape[0]])).to(device) for c in chunks]
         scores, rows = to_host(*top_k_over_chunks(q, [c.values for c in chunks], [c.start for c in chunks], k,

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from densehybrid.encoder.cuda_graph import capture
-from densehybrid.encoder.device import to_host
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +84,25 @@ def top_k_over_chunks(queries: torch.Tensor, chunks: Sequence[torch.Tensor], sta
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    queries: torch.Tensor  # (1, dim) input, in the storage dtype
-    scores: torch.Tensor  # (1, k) output
+    queries: torch.Tensor  # (1, dim) float32 input on the device; the graph casts it to the storage dtype
+    scores: torch.Tensor  # (1, k) float32 output
     rows: torch.Tensor  # (1, k) output, global row numbers
     parts: int  # the split its capture found fastest
     timed_ms: dict[int, float]  # each split's replay time at capture
+    staged: _Staging | None = None  # the chosen graph's pinned host buffers
+
+
+class _Staging:
+    """Pinned host buffers for one graph's query and top k, with numpy views of them: a query goes in and
+    its top k comes out by copies that wait for nothing, and only one wait follows the replay (each
+    pageable copy, and each allocation of a pinned one, would cost the host its own round trip)."""
+
+    def __init__(self, graph: _Graph):
+        self.queries = torch.empty(graph.queries.shape, dtype=torch.float32, pin_memory=True)
+        self.scores = torch.empty(graph.scores.shape, dtype=torch.float32, pin_memory=True)
+        self.rows = torch.empty(graph.rows.shape, dtype=graph.rows.dtype, pin_memory=True)
+        self.queries_view, self.scores_view = self.queries.numpy(), self.scores.numpy()
+        self.rows_view = self.rows.numpy()
 
 
 class GraphedTopK:
@@ -110,9 +123,10 @@ class GraphedTopK:
         with self._lock:
             return {k: {"parts": g.parts, "timed_ms": dict(g.timed_ms)} for k, g in self._graphs.items()}
 
-    def __call__(self, queries: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """queries (1, dim) on the device, in the storage dtype -> (scores float32, global rows) (1, k) on the
-        host, unordered; None when the capture failed (run it op by op)."""
+    @torch.inference_mode()  # the graphs' tensors are inference tensors: only such a mode may write them
+    def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """queries (1, dim) float32 on the host -> (scores float32, global rows) (1, k) on the host,
+        unordered; None when the capture failed (run it op by op)."""
         with self._lock:
             found = self._graphs.get(k)
             if found is None:
@@ -120,10 +134,14 @@ class GraphedTopK:
                 if found is None:
                     return None
             self._graphs.move_to_end(k)
-            found.queries.copy_(queries)
+            staged = found.staged
+            staged.queries_view[...] = queries
+            found.queries.copy_(staged.queries, non_blocking=True)
             found.graph.replay()
-            scores, rows = to_host(found.scores, found.rows)
-            return scores, rows
+            staged.scores.copy_(found.scores, non_blocking=True)
+            staged.rows.copy_(found.rows, non_blocking=True)
+            torch.cuda.current_stream(found.scores.device).synchronize()
+            return staged.scores_view.copy(), staged.rows_view.copy()  # the buffers serve the next query
 
     def _splits(self, k: int) -> list[int]:
         """The splits that differ for ``k``: a part narrower than k falls back to one top-k."""
@@ -131,13 +149,17 @@ class GraphedTopK:
         return [parts for parts in PARTS if parts == 1 or smallest // parts >= k]
 
     def _capture(self, k: int) -> _Graph | None:
-        device = self.chunks[0].device
-        queries = torch.randn((1, self.chunks[0].shape[1]), device=device).to(self.chunks[0].dtype)
+        device, dtype = self.chunks[0].device, self.chunks[0].dtype
+        queries = torch.randn((1, self.chunks[0].shape[1]), device=device)
+
+        def first_stage(parts: int) -> tuple[torch.Tensor, torch.Tensor]:
+            scores, rows = top_k_over_chunks(queries.to(dtype), self.chunks, self.starts, k, parts=parts)
+            return scores.float(), rows
+
         timed: dict[int, tuple[float, _Graph]] = {}
         try:
             for parts in self._splits(k):
-                (scores, rows), graph = capture(
-                    lambda: top_k_over_chunks(queries, self.chunks, self.starts, k, parts=parts), device)
+                (scores, rows), graph = capture(lambda: first_stage(parts), device)
                 timed[parts] = (_replay_ms(graph), _Graph(graph, queries, scores, rows, parts, {}))
         except RuntimeError as exc:
             self.enabled = False
@@ -147,6 +169,7 @@ class GraphedTopK:
         best = min(timed, key=lambda parts: timed[parts][0])
         chosen = timed[best][1]
         chosen.timed_ms = {parts: round(ms, 4) for parts, (ms, _) in timed.items()}
+        chosen.staged = _Staging(chosen)
         log.debug("first stage k=%d: %d parts (replays: %s ms)", k, best, chosen.timed_ms)
         if len(self._graphs) >= MAX_GRAPHS:
             self._graphs.popitem(last=False)
