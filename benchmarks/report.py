@@ -118,6 +118,10 @@ def _first_stage_parts(r: dict):
             chosen = p.get("split_chosen", {}).get(str(k), p.get("split_chosen", {}).get(k))
             yield "first stage parts", f"k={k}: product + top-k replayed from a graph, by split (search's choice: " \
                 f"{chosen} parts)", ", ".join(f"{name} {num(value, 3)} ms" for name, value in splits.items())
+    around = {name: value for name, value in ms.items() if name.startswith(("graphed call", "host ordering"))}
+    if around:
+        yield "first stage parts", f"around the graph, k=1000 (the whole search: {num(ms['search'], 3)} ms)", \
+            ", ".join(f"{name} {num(value, 3)} ms" for name, value in around.items())
 
 
 def _msmarco_scale(r: dict):
@@ -141,6 +145,22 @@ def _msmarco_scale(r: dict):
                 f"{num(v['server_total_p50_ms'], 2)} ms)"
 
 
+def _live_recall(r: dict):
+    run = r["live_recall"]
+    live = run["live_recall"]
+    cost, control, truth = live["cost"], live["control"], live["truth"]
+    yield "live recall", f"sampling {cost['rate']:.0%} of {cost['queries']:,} /search on {run['device_name']}, " \
+        f"{run['rows']:,} rows: p50 and p99 against a server that does not sample", \
+        f"x{num(cost['p50_ratio'], 3)} and x{num(cost['p99_ratio'], 3)} (A/A control: x{num(control['p50_ratio'], 3)} " \
+        f"and x{num(control['p99_ratio'], 3)}); {cost['sampled']} sampled, {cost['dropped']} dropped; the sampling " \
+        f"thread {num(100 * cost['sampling_cpu_share_of_one_core'], 2)} % of one core"
+    default = truth["default"]
+    yield "live recall", f"a server sampling each of {sum(truth['queries'].values()):,} queries: its live recall@10 " \
+        f"against an exact scan of its answers", \
+        f"{num(default['live_recall_at_10'], 4)} against {num(default['offline_recall_at_10'], 4)} " \
+        f"({default['samples']} samples, {default['dropped']} dropped)"
+
+
 def _corpus_encode(r: dict):
     for c in r["corpus_encode"]:
         projected = c["projected_build_s"]
@@ -159,7 +179,8 @@ def _targets(r: dict):
 
 
 SECTIONS = {"memory": _memory, "search": _search, "encoder": _encoder, "service": _service,
-            "first_stage_parts": _first_stage_parts, "msmarco_scale": _msmarco_scale, "corpus_encode": _corpus_encode}
+            "first_stage_parts": _first_stage_parts, "msmarco_scale": _msmarco_scale, "live_recall": _live_recall,
+            "corpus_encode": _corpus_encode}
 
 
 def rows(results: dict) -> list[tuple[str, str, str]]:

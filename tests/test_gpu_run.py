@@ -33,6 +33,8 @@ def test_the_rehearsal_runs_every_step_and_checks_every_gpu_target(tmp_path):
     write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=400)
     for name in ("packages", "msmarco"):
         (data / f"{name}.jsonl.gz").write_bytes(gzip.compress((tmp_path / "corpus.jsonl").read_bytes()))
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": f"how to parse {word} files"}) + "\n"
+                                                for i, word in enumerate(("json", "csv", "xml", "toml") * 10)))
     env = {**os.environ, "DENSEHYBRID_GPU_REHEARSAL": "1", "DENSEHYBRID_GPU_DATA": str(data), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     run = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu" / "gpu_run.sh"), str(tmp_path)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=900)
@@ -41,7 +43,10 @@ def test_the_rehearsal_runs_every_step_and_checks_every_gpu_target(tmp_path):
     assert (tmp_path / "pytest-gpu.xml").exists()
     results = json.loads((tmp_path / "gpu-cpu-rehearsal.json").read_text())
     assert results["config"]["preset"] == "gpu-rehearsal" and results["sections_missing"] == []
-    assert {"memory", "search", "encoder", "service", "first_stage_parts", "msmarco_scale"} <= set(results)
+    assert {"memory", "search", "encoder", "service", "first_stage_parts", "msmarco_scale", "live_recall"} <= set(results)
+    live = results["live_recall"]["live_recall"]
+    assert live["cost"]["queries"] == 40 and live["control"]["sampled"] == 0
+    assert live["truth"]["default"]["samples"] == 40 and live["truth"]["default"]["offline_recall_at_10"] == 1.0
     assert {c["label"] for c in results["corpus_encode"]} == {"aggretriever packages", "aggretriever msmarco"}
     assert results["msmarco_scale"]["rows"] == 100_000 and results["msmarco_scale"]["fits"]
     checked = {t["name"]: t for t in results["targets"]}
@@ -49,7 +54,7 @@ def test_the_rehearsal_runs_every_step_and_checks_every_gpu_target(tmp_path):
     assert all(t["value"] is not None for t in checked.values()), checked  # every figure was measured
     table = (tmp_path / "gpu-cpu-rehearsal.md").read_text()
     assert "a 12-token text with tokenization" in table and "bare_masked_lm" in table
-    assert "MS MARCO scale" in table and "`index build` of 300 passages" in table
+    assert "MS MARCO scale" in table and "`index build` of 300 passages" in table and "live recall" in table
 
 
 def test_steps_outside_the_benchmark_alone_still_give_a_results_file(tmp_path):

@@ -5,6 +5,7 @@
 #   tests   the tests that carry the gpu mark (pytest-gpu.log and .xml)
 #   parts   where a 1M x 768 first stage's time goes, each top-k split timed (first-stage-parts.json)
 #   scale   MS MARCO's 8.8M x 768 rows drawn on the device, served over HTTP (msmarco-scale.json)
+#   live    the live recall's sampling on the device's first stage: its cost and its truth at 1M rows (live-recall.json)
 #   corpus  real passages encoded by `index build` with the BERT-base Aggretriever shape (corpus-*.json)
 #   minilm  the same with MiniLM, when its directory is there (DENSEHYBRID_GPU_MINILM)
 #   search encoder service   the benchmark's sections at 1M rows (bench-STEP.json)
@@ -13,22 +14,25 @@
 #   usage: bash benchmarks/gpu/gpu_run.sh OUT_DIR [STEP...]      (default: every step, in the order above)
 #   there: ../shared/gpu/pack.sh . here, then on the machine (carrying .gpu and the data folder):
 #          bash .gpu/run.sh bash benchmarks/gpu/gpu_run.sh "$OUT"
-#   DENSEHYBRID_GPU_DATA      folder with packages.jsonl.gz and msmarco.jsonl.gz for corpus/minilm (.gpu-data)
+#   DENSEHYBRID_GPU_DATA      folder with packages.jsonl.gz and msmarco.jsonl.gz for corpus/minilm, and
+#                             queries.jsonl (BEIR queries) for live (.gpu-data)
 #   DENSEHYBRID_GPU_MINILM    MiniLM's model directory for the minilm step (skipped when absent)
 #   DENSEHYBRID_GPU_BUDGET_S  the deadline in seconds from the start (default 540)
 #   DENSEHYBRID_GPU_REHEARSAL=1 runs the same steps on the CPU at tiny sizes (tests/test_gpu_run.py).
 set -uo pipefail
 out="${1:?usage: bash benchmarks/gpu/gpu_run.sh OUT_DIR [STEP...]}"
 shift
-steps="${*:-tests parts scale corpus minilm search encoder service}"
+steps="${*:-tests parts scale live corpus minilm search encoder service}"
 mkdir -p "$out"
 data="${DENSEHYBRID_GPU_DATA:-.gpu-data}"
 minilm="${DENSEHYBRID_GPU_MINILM:-}"
 if [ "${DENSEHYBRID_GPU_REHEARSAL:-0}" = 1 ]; then
   preset=gpu-rehearsal; device=cpu; parts_rows=20000; scale=(--rows 100000 --shape tiny --requests 64
   --concurrency 1 4 --client-processes 2); corpus_limit=300; shape=tiny
+  live=(--rows 20000 --shape tiny --requests 16 --concurrency 1 --client-processes 1); live_queries=40
 else
   preset=gpu; device=cuda; parts_rows=1000000; scale=(); corpus_limit=""; shape=bert-base
+  live=(--rows 1000000 --requests 256 --concurrency 1 --client-processes 1); live_queries=1000
 fi
 status=0
 started=$SECONDS
@@ -78,6 +82,9 @@ for step in $steps; do
     scale)
       run_step msmarco-scale 300 python -m densehybrid.bench.scale.gpu "$out/msmarco-scale.json" --device "$device" \
         "${scale[@]}" ;;
+    live)
+      run_step live-recall 150 python -m densehybrid.bench.scale.gpu "$out/live-recall.json" --device "$device" \
+        "${live[@]}" --live-recall "$data/queries.jsonl:$live_queries" ;;
     corpus)
       run_step corpus-aggretriever 150 encode_corpora aggretriever --random-shape "$shape" --kind aggretriever ;;
     minilm)
@@ -90,7 +97,7 @@ for step in $steps; do
     encoder) run_step bench-encoder 60 bench encoder ;;
     # the service step also samples the server's threads under the highest load (py-spy, when packed)
     service) DENSEHYBRID_BENCH_PROFILE_DIR="$out/profile" run_step bench-service 150 bench service ;;
-    *) echo "unknown step $step (steps: tests parts scale corpus minilm search encoder service)"; exit 2 ;;
+    *) echo "unknown step $step (steps: tests parts scale live corpus minilm search encoder service)"; exit 2 ;;
   esac
 done
 

@@ -2,7 +2,7 @@
 
 benchmarks/gpu/gpu_run.sh runs in steps, each writing its own file, so that a step cut short by its time limit
 costs only its own numbers: ``bench-STEP.json`` (the benchmark's sections), ``first-stage-parts.json``,
-``msmarco-scale.json`` and ``corpus-*.json``. This merges whatever is there (also the files of two runs
+``msmarco-scale.json``, ``live-recall.json`` and ``corpus-*.json``. This merges whatever is there (also the files of two runs
 copied into one folder), checks the targets on the whole, and writes ``gpu-DEVICE.json`` and
 ``gpu-DEVICE.md`` beside them: DEVICE is the CUDA device name in lower case with dashes for spaces
 (``cpu-rehearsal`` for the CPU rehearsal).
@@ -21,7 +21,8 @@ from densehybrid.bench.runner import machine
 from densehybrid.bench.targets import check_all
 
 # the run's other steps: the results key each file's JSON goes under
-EXTRA_FILES = {"first_stage_parts": "first-stage-parts.json", "msmarco_scale": "msmarco-scale.json"}
+EXTRA_FILES = {"first_stage_parts": "first-stage-parts.json", "msmarco_scale": "msmarco-scale.json",
+               "live_recall": "live-recall.json"}
 CORPUS_FILES = "corpus-*.json"
 
 

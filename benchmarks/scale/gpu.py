@@ -11,10 +11,17 @@ stream (hashed while written), the ids, a passage table of ids alone, the manife
   shape (random weights: speed does not depend on them): seconds to ``/ready``, the device memory its
   process holds, ``/search`` at one client and at the highest concurrency (the multi-process client).
 
+With ``--live-recall FILE[:N]`` (a BEIR queries file), then the live recall on the same index, served on the
+device (``bench.scale.live_recall``): what sampling 1 % of N searches costs their ``/search`` p50 and p99
+against a server that does not sample (with an A/A control of two that do not), and the recall a server
+sampling every one of the first ``TRUTH_QUERIES`` reports against an offline exact scan of its answers
+(1.0 for this exact first stage, where the check is that the sampling runs on the device and says so).
+
 Rows that would not fit the device's free memory (with room for the encoder and the scores) are cut to
 the largest count that fits, and the output says so.
 
     python -m densehybrid.bench.scale.gpu OUT_JSON [--rows N] [--shape bert-base|tiny] [--device cuda] [--work DIR]
+        [--live-recall FILE[:N]]
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import numpy as np
 import torch
 
 from densehybrid.bench.load import client
+from densehybrid.bench.scale import live_recall
+from densehybrid.bench.scale.real import read_queries
 from densehybrid.bench.scale.vectors import clustered_chunks_on
 from densehybrid.bench.parts.search import device_copy_gbps
 from densehybrid.bench.load.service import BATCHING, query_texts, server_process
@@ -45,6 +54,7 @@ from densehybrid.index.served.loading import load_index
 from densehybrid.index.storage.vectors import VECTORS
 
 MSMARCO_PASSAGES = 8_841_823
+LIVE_RATE, TRUTH_QUERIES = 0.01, 200
 KIND, SHAPE = "aggretriever", "bert-base"
 RESERVED_BYTES = 6 << 30  # beside the rows: the server's encoder, its CUDA graphs, a batch's scores
 
@@ -148,9 +158,18 @@ def serve(index_dir: Path, device: str, concurrency: tuple[int, ...], requests: 
     return out
 
 
+def live_recall_on_device(index_dir: Path, device: str, texts: list[str]) -> dict:
+    """Sampling's cost to ``/search`` at :data:`LIVE_RATE` over ``texts`` (and the A/A control), and the live
+    recall's truth over the first :data:`TRUTH_QUERIES`, every server on ``device``."""
+    flags = ("--device", device)
+    return {"cost": live_recall.cost(index_dir, texts, LIVE_RATE, flags),
+            "control": live_recall.cost(index_dir, texts, LIVE_RATE, flags, control=True),
+            "truth": live_recall.truth(index_dir, {"queries": texts[:TRUTH_QUERIES]}, None, flags)}
+
+
 def run(out_json: Path, rows: int, device: str, work: Path, *, shape: str = SHAPE,
         concurrency: tuple[int, ...] = (1, 64), requests: int = 1024, client_processes: int = 8,
-        repeats: int = 50) -> dict:
+        repeats: int = 50, live_queries: str | None = None) -> dict:
     model_dir = write_random_checkpoint(work / "model", shape)
     spec = load_encoder(str(model_dir), kind=KIND, device="cpu").spec
     served = rows_that_fit(rows, spec.dim, device)
@@ -161,6 +180,8 @@ def run(out_json: Path, rows: int, device: str, work: Path, *, shape: str = SHAP
     result["write"] = write_index(index_dir, spec, served, device)
     result["first_stage"] = first_stage(index_dir, device, repeats)
     result["service"] = serve(index_dir, device, concurrency, requests, client_processes)
+    if live_queries:
+        result["live_recall"] = live_recall_on_device(index_dir, device, read_queries(f"queries={live_queries}")[1])
     out_json.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -175,11 +196,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--requests", type=int, default=1024)
     parser.add_argument("--client-processes", type=int, default=8)
+    parser.add_argument("--live-recall", metavar="FILE[:N]", help="then the live recall's cost and truth over these "
+                        "queries (a BEIR queries.jsonl, its first N)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="densehybrid-gpu-scale-", dir=args.work) as work:
         result = run(args.out_json, args.rows, args.device, Path(work), shape=args.shape,
                      concurrency=tuple(args.concurrency),
-                     requests=args.requests, client_processes=args.client_processes)
+                     requests=args.requests, client_processes=args.client_processes, live_queries=args.live_recall)
     print(json.dumps(result, indent=1))
 
 

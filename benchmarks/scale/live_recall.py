@@ -107,19 +107,21 @@ def metrics_sums(client) -> tuple[float, float]:
 
 
 def truth(index_dir: Path, groups: dict[str, list[str]], narrow: dict, serve_args=()) -> dict:
-    """The live recall of a server that samples every query against an offline exact comparison of its answers."""
+    """The live recall of a server that samples every query against an offline exact comparison of its answers;
+    ``narrow`` None measures the index's default breadth alone (a flat first stage has no other)."""
     import httpx
 
+    breadths = {"default": None} | ({} if narrow is None else {"narrow": narrow})
     total = sum(len(t) for t in groups.values())
     proc, url = _serve(index_dir, "--recall-sample-rate", "1", "--recall-window", str(4 * total),
                        "--recall-sample-queue", str(4 * total), serve_args=serve_args)
-    answered: dict[str, dict[str, list[set]]] = {"default": {}, "narrow": {}}
+    answered: dict[str, dict[str, list[set]]] = {breadth: {} for breadth in breadths}
     live = {}
     try:
         with httpx.Client(base_url=url, timeout=120) as client:
             vectors = {name: np.asarray([client.post("/encode", json={"texts": [t]}).json()["vectors"][0]
                                          for t in texts], np.float32) for name, texts in groups.items()}
-            for breadth, extra in (("default", None), ("narrow", narrow)):
+            for breadth, extra in breadths.items():
                 before = client.get("/info").json()["index"]["first_stage"]["live_recall"]
                 sum_before, count_before = metrics_sums(client)
                 asked = FIRST_STAGE_ORDER | (extra or {})
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", action="append", required=True, help="NAME=FILE[:N], a BEIR queries.jsonl")
     parser.add_argument("--rate", type=float, default=0.01, help="the sampling rate whose cost is measured")
     parser.add_argument("--narrow", type=json.loads, default=DEFAULT_NARROW,
-                        help="a breadth that loses rows, as JSON search fields")
+                        help="a breadth that loses rows, as JSON search fields (null: none, for a flat index)")
     parser.add_argument("--repeat", type=int, default=1, help="passes over the queries in the cost measurement")
     parser.add_argument("--no-cost", action="store_true", help="measure the live recall's truth only")
     parser.add_argument("--serve-args", default="", help="more flags for densehybrid serve, as one string")
