@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from densehybrid.encoder.base import Encoder
 from densehybrid.index.search.params import SearchParams
+from densehybrid.service.blas import one_thread_for_pooled_blas
 from densehybrid.service.batcher import Batcher
 from densehybrid.service.health import Health
 from densehybrid.service.recall_watch import live_recall_of, steering_of
@@ -151,6 +152,8 @@ def build_runtime(settings: ServiceSettings, encoder: Encoder, index: StoredInde
         check_prompts(settings, index.prompts)
     metrics = metrics or ServiceMetrics(request_timeout_s=settings.request_timeout_s)
     served = _live(settings, index) if index is not None else None
+    if settings.search_threads > 1:  # searches side by side: each computes its own products
+        one_thread_for_pooled_blas()
     pool = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="densehybrid-search")
     search_batcher = SearchBatcher(served, pool, metrics.observe_search_batch) if served is not None else None
     batcher = Batcher(encoder, max_batch_size=settings.max_batch_size, max_batch_tokens=settings.max_batch_tokens,
