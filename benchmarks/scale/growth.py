@@ -42,7 +42,6 @@ from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.engines import faiss_engine, pqscan_engine
 from densehybrid.index.engines.hnsw_engine import HNSWConfig
 from densehybrid.index.engines.pqscan_engine import PQScanConfig
-from densehybrid.index.engines.pqscan_shards import ShardedScan, split_codes
 from densehybrid.index.served.loading import load_index
 from densehybrid.index.served.stated_recall import recall_at
 from densehybrid.index.storage.vectors import VECTORS, open_vectors, write_vectors
@@ -102,7 +101,7 @@ def stores_of(rows: np.ndarray, staged: dict[str, Path], records: dict[str, dict
     pqscan_dir, pqscan = staged["pqscan"], records["pqscan"]
     config = PQScanConfig.from_dict(pqscan)
     flat = calibrate.flat_of(pqscan_dir, rows)
-    two = ShardedScan(split_codes(pqscan_engine.read_codes(pqscan_dir / pqscan_engine.ANN_FILE, count, dim, config), 2))
+    two = pqscan_engine.code_scan(pqscan_engine.read_codes(pqscan_dir / pqscan_engine.ANN_FILE, count, dim, config), 2)
     return {"flat": faiss_engine.FaissStore(flat, rows, None, ()),
             "pqscan": calibrate.store_of(pqscan_dir, pqscan, rows),
             "pqscan-2t": pqscan_engine.PQScanStore(two, rows, None, (), config.rescore, config.margin, flat),

@@ -57,7 +57,7 @@ def _graph(values, directory, config, held, kept) -> HeldOut:
 
 def _codes(values, directory, config, held, kept) -> HeldOut:
     index, config = pqscan.build_pqscan(values, config, skip=held)
-    store = pqscan_engine.PQScanStore(pqscan_engine.fast_scan(index), values, None, (), config.rescore, config.margin,
+    store = pqscan_engine.PQScanStore(pqscan_engine.code_scan(index), values, None, (), config.rescore, config.margin,
                                       code_rows=kept)
 
     def finish() -> dict:

@@ -11,14 +11,14 @@ approximate.
 Which codes are rescored is decided per query: every row whose code score lies within ``margin`` × |q| of
 the k-th best code score (or of the k-th best exact score of the ``rescore`` best codes, where that is
 lower), and at least ``rescore`` rows; when more than ``MAX_RESCORE`` rows lie within it, every row is
-scanned exactly instead. A code score is off from the exact one by about
-the same amount for any query of a given norm (it is q · (x − x̂), x̂ the row's code), so the margin that
-keeps a query's exact top k inside the rescored set is about the same for queries like the corpus and for
-queries from another domain (measured on 827k package summaries: the 95th percentile of the margin each
+scanned exactly instead. A lone query finds those rows by one range search placed by a sample of the codes
+(``pqscan_sample``), a batch or a filtered one by a top list long enough to hold them. A code score is off
+from the exact one by about the same amount for any query of a given norm (it is q · (x − x̂), x̂ the row's
+code), so the margin that keeps a query's exact top k inside the rescored set is about the same for queries
+like the corpus and from another domain (on 827k package summaries, the 95th percentile of the margin each
 query needed was 0.062, 0.063 and 0.066 for held-out summaries, MS MARCO questions and sentences). What
 differs is how many rows lie within it: a query far from the corpus has flatter scores, so it gets more
-candidates, where a fixed number of candidates would lose its exact rows. The build calibrates the margin
-to the recall target.
+candidates, where a fixed number would lose its exact rows. The build calibrates the margin to a target.
 
 Every row is scanned, so the scan finds a query's neighbours wherever they lie: where a graph walk or
 inverted lists lose most on queries unlike the corpus (another domain), this keeps their recall close
@@ -49,7 +49,8 @@ import numpy as np
 from densehybrid.index.engines.first_stage_record import FirstStageRecord
 from densehybrid.index.engines.hnsw_engine import kept_exactly, searched_exactly
 from densehybrid.index.engines.host import HostRows
-from densehybrid.index.engines.pqscan_shards import ShardedScan
+from densehybrid.index.engines.pqscan_sample import CodeSample
+from densehybrid.index.engines.pqscan_shards import ShardedScan, split_codes
 from densehybrid.index.errors import SearchError
 from densehybrid.index.search.filters import Selection
 from densehybrid.index.search.gip import sort_by_score
@@ -67,6 +68,9 @@ MAX_RESCORE = 10_000
 # is scanned again for MAX_RESCORE
 MAX_WITHIN_MARGIN = 2_000
 MAX_MARGIN = 10.0
+# A range search and a top list round a code score apart (a few float32 steps), so a score equal to a radius may
+# come back or not: the range search is asked a little below it.
+ROUNDING = 1e-5
 
 
 def sub_quantizers(dim: int) -> int:
@@ -102,10 +106,10 @@ def is_pqscan(first_stage: dict) -> bool:
     return first_stage.get("type") == "pqscan"
 
 
-def read_pqscan(path: Path, count: int, dim: int, config: PQScanConfig) -> faiss.Index:
+def read_pqscan(path: Path, count: int, dim: int, config: PQScanConfig) -> ShardedScan:
     """The codes at ``path``, repacked for the fast scan; ValueError naming the problem when they are not
     ``count`` rows of ``dim`` in ``config.m`` 4-bit codes."""
-    return fast_scan(read_codes(path, count, dim, config))
+    return code_scan(read_codes(path, count, dim, config))
 
 
 def read_codes(path: Path, count: int, dim: int, config: PQScanConfig, flags: int = 0) -> faiss.IndexPQ:
@@ -131,14 +135,13 @@ def fast_scan(codes: faiss.IndexPQ) -> faiss.IndexIVFPQFastScan:
     for bit. So a filtered search scans every kept row's code, and only those, as an unfiltered one scans
     every row's.
     """
-    quantizer = faiss.IndexFlatIP(codes.d)
-    quantizer.add(np.zeros((1, codes.d), np.float32))  # the one list's centre, unused without residuals
-    lists = faiss.IndexIVFPQ(quantizer, codes.d, 1, codes.pq.M, NBITS, faiss.METRIC_INNER_PRODUCT)
-    lists.by_residual, lists.pq, lists.is_trained = False, codes.pq, True
-    lists.add_sa_codes(faiss.vector_to_array(codes.codes).reshape(codes.ntotal, -1), np.arange(codes.ntotal))
-    scan = faiss.IndexIVFPQFastScan(lists)
-    scan.referenced_objects = [quantizer]  # the scan points at it, and Python would free it with ``lists``
-    return scan
+    return split_codes(codes, 1)
+
+
+def code_scan(codes: faiss.IndexPQ, shards: int = 1, cores: int | None = None) -> ShardedScan:
+    """``codes`` as a search reads them: the fast scan in ``shards`` row shards (one query's scan spread over up to
+    that many threads) and the sample of the codes that places a lone query's range search."""
+    return ShardedScan(split_codes(codes, shards), cores, sample=CodeSample(codes))
 
 
 def margin_floor(scores: np.ndarray, depth: int, margin: np.ndarray, found: np.ndarray | None = None) -> np.ndarray:
@@ -212,6 +215,11 @@ class PQScanStore(HostRows, VectorStore):
         and the kept rows are treated exactly as an unfiltered search treats every row. When the lowest
         score returned is still above the floor, one wider scan looks further."""
         count = self.scan.ntotal if selection is None else selection.count
+        if (len(xq) == 1 and width[0] > 0 and least >= 2 * depth and self.scan.sample is not None
+                and (selection is None or selection.everything)):
+            above = self._candidates_above(xq, depth, least, width, count)
+            if above is not None:
+                return above
         scores, rows = self._scan(xq, min(wanted, count), selection)
         least = (scores >= scores[:, min(least, scores.shape[1]) - 1:][:, :1]).sum(1, keepdims=True)  # (Q, 1)
         found = None  # without a margin the ``least`` best codes are rescored, and only those
@@ -230,6 +238,35 @@ class PQScanStore(HostRows, VectorStore):
         rows[spilled] = -1
         return rows, spilled
 
+    def _candidates_above(self, xq: np.ndarray, depth: int, least: int, width: np.ndarray, count: int
+                          ) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`_candidates` of a lone unfiltered query by one range search (``pqscan_sample``), with no top list
+        as long as the rows within the margin could be; None when the sample cannot place the radius or placed it
+        above the floor or the ``least`` best. Taken where ``least`` >= 2 ``depth``: with hardly more than ``depth``
+        best codes, their depth-th best exact score is about their worst, up to a margin below the code score (1.05
+        margins at depth 1,000 of 1,000), and a radius from the sample fell above the floor for 40-90 % of queries."""
+        radius = self.scan.sample.radius(xq, depth, float(width[0]))
+        if radius is None:
+            return None
+        scores, codes = self.scan.above(xq, radius - ROUNDING * max(1.0, abs(radius)))  # every score above the radius
+        if len(codes) < min(least, count):
+            return None
+        least, depth = min(least, len(codes)), min(depth, len(codes))
+        negated = np.partition(-scores, (depth - 1, least - 1))
+        head = scores >= -negated[least - 1]  # the ``least`` best, a run tied with the last of them whole
+        rows = self._rows_of(codes)
+        found = rescore_kept(xq, self.values, np.where(head, rows, -1)[None], depth)[0][0, -1]
+        floor = min(-negated[depth - 1], found) - width[0]  # as :func:`margin_floor` sets it
+        if floor <= radius:  # rows on or below the radius may lie above the floor
+            return None
+        kept = rows[head | (scores >= floor)][None]
+        spilled = np.array([kept.shape[1] > MAX_RESCORE])
+        return (np.full((1, 0), -1, np.int64) if spilled[0] else kept), spilled
+
+    def _rows_of(self, codes: np.ndarray) -> np.ndarray:
+        """The rows of code numbers ``codes`` (-1 stays -1)."""
+        return codes if self.code_rows is None else np.where(codes >= 0, self.code_rows[np.maximum(codes, 0)], -1)
+
     def _scan(self, xq: np.ndarray, wanted: int, selection: Selection | None) -> tuple[np.ndarray, np.ndarray]:
         """The best ``wanted`` code scores (Q, wanted) of the rows ``selection`` keeps, and their rows (-1: none, or
         tied with the score after the cut: the same rows for any number of shards)."""
@@ -239,9 +276,7 @@ class PQScanStore(HostRows, VectorStore):
             bits = np.packbits(kept, bitorder="little")
             params.sel = faiss.IDSelectorBitmap(len(kept), faiss.swig_ptr(bits))  # bits outlive the search
         scores, rows = self.scan.search(xq, wanted, params)
-        if self.code_rows is not None:
-            rows = np.where(rows >= 0, self.code_rows[np.maximum(rows, 0)], -1)
-        return scores, rows
+        return scores, self._rows_of(rows)
 
 
 def tie_room(least: int) -> int:

@@ -64,19 +64,45 @@ def shard_bounds(count: int, shards: int) -> list[tuple[int, int]]:
 def split_codes(codes: faiss.IndexPQ, shards: int) -> faiss.IndexIVFPQFastScan:
     """The fast scan of ``codes`` as ``shards`` inverted lists of contiguous rows, ids the global code numbers
     (as ``pqscan_engine.fast_scan`` repacks them as one list)."""
-    bounds = shard_bounds(codes.ntotal, shards)
+    everything = code_rows_of(codes)
+    return lists_scan(codes, [(np.arange(start, stop, dtype=np.int64), everything[start:stop])
+                              for start, stop in shard_bounds(codes.ntotal, shards)])
+
+
+def code_rows_of(codes: faiss.IndexPQ) -> np.ndarray:
+    """(N, code size) uint8: ``codes``' rows as stored (a view, not a copy)."""
+    return faiss.vector_to_array(codes.codes).reshape(codes.ntotal, codes.code_size)
+
+
+def lists_scan(codes: faiss.IndexPQ, lists: list[tuple[np.ndarray, np.ndarray]]) -> faiss.IndexIVFPQFastScan:
+    """A fast scan of ``codes``' codebooks over inverted lists, list i holding the code rows ``lists[i][1]`` with
+    the ids ``lists[i][0]``; no residuals, so every list scores its codes as one list of them all would."""
     quantizer = faiss.IndexFlatIP(codes.d)
-    quantizer.add(np.zeros((len(bounds), codes.d), np.float32))  # the lists' centres, unused without residuals
-    lists = faiss.IndexIVFPQ(quantizer, codes.d, len(bounds), codes.pq.M, codes.pq.nbits, faiss.METRIC_INNER_PRODUCT)
-    lists.by_residual, lists.pq, lists.is_trained = False, codes.pq, True
-    everything = faiss.vector_to_array(codes.codes).reshape(codes.ntotal, codes.code_size)
-    for number, (start, stop) in enumerate(bounds):
-        ids, part = np.arange(start, stop, dtype=np.int64), np.ascontiguousarray(everything[start:stop])
-        lists.invlists.add_entries(number, stop - start, faiss.swig_ptr(ids), faiss.swig_ptr(part))
-    lists.ntotal = codes.ntotal
-    scan = faiss.IndexIVFPQFastScan(lists)
-    scan.referenced_objects = [quantizer]  # the scan points at it, and Python would free it with ``lists``
+    quantizer.add(np.zeros((len(lists), codes.d), np.float32))  # the lists' centres, unused without residuals
+    ivf = faiss.IndexIVFPQ(quantizer, codes.d, len(lists), codes.pq.M, codes.pq.nbits, faiss.METRIC_INNER_PRODUCT)
+    ivf.by_residual, ivf.pq, ivf.is_trained = False, codes.pq, True
+    for number, (ids, rows) in enumerate(lists):
+        ids, rows = np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(rows)
+        ivf.invlists.add_entries(number, len(ids), faiss.swig_ptr(ids), faiss.swig_ptr(rows))
+    ivf.ntotal = sum(len(ids) for ids, _ in lists)
+    scan = faiss.IndexIVFPQFastScan(ivf)
+    scan.referenced_objects = [quantizer]  # the scan points at it, and Python would free it with ``ivf``
     return scan
+
+
+def list_view(scan: faiss.IndexIVFPQFastScan, number: int) -> faiss.IndexIVFPQFastScan:
+    """``scan`` seen as its list ``number`` alone: the same codes (not copied), a one-probe search of any query
+    scans that list. Faiss's range search of a fast scan takes no lists chosen by the caller, so a thread that
+    scans one list for a range search asks a view whose coarse quantizer names that list."""
+    quantizer = faiss.IndexIDMap(faiss.IndexFlatIP(scan.d))
+    quantizer.add_with_ids(np.zeros((1, scan.d), np.float32), np.array([number], np.int64))
+    ivf = faiss.IndexIVFPQ(quantizer, scan.d, scan.nlist, scan.pq.M, scan.pq.nbits, faiss.METRIC_INNER_PRODUCT)
+    ivf.by_residual, ivf.pq, ivf.is_trained = False, scan.pq, True
+    view = faiss.IndexIVFPQFastScan(ivf)
+    view.replace_invlists(scan.invlists, False)
+    view.ntotal = scan.ntotal
+    view.referenced_objects = [quantizer, scan]  # the view reads the scan's lists
+    return view
 
 
 class ShardedScan:
@@ -90,8 +116,9 @@ class ShardedScan:
     would cost throughput instead. A batch of queries is never spread: Faiss's own threads already share its
     queries out."""
 
-    def __init__(self, scan: faiss.Index, cores: int | None = None):
+    def __init__(self, scan: faiss.Index, cores: int | None = None, sample=None):
         self.scan, self.ntotal = scan, scan.ntotal
+        self.sample = sample  # a ``pqscan_sample.CodeSample`` of the codes, or None: no range searches
         self.threads = scan.nlist
         self.cores = cores or available_cores()
         self._lock = threading.Lock()
@@ -106,6 +133,21 @@ class ShardedScan:
         self._no_centre = np.zeros((1, 1), np.float32)
         self._pointers = [(faiss.swig_ptr(chosen), faiss.swig_ptr(self._no_centre)) for chosen in self._list_of]
         self._unfiltered = faiss.SearchParametersIVF(nprobe=1)
+        self._every_list = faiss.SearchParametersIVF(nprobe=self.threads)
+        self._views = [list_view(scan, number) for number in range(self.threads)] if self._pool else []
+
+    @contextlib.contextmanager
+    def _spreading(self, lone: bool):
+        """Whether this search (``lone``: one query) is spread over the pool: only while the searches in flight
+        times the lists fit the cores."""
+        with self._lock:
+            self._in_flight += 1
+            spread = self._pool is not None and lone and self._in_flight * self.threads <= self.cores
+        try:
+            yield spread
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def search(self, xq: np.ndarray, k: int, params: faiss.SearchParameters | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -113,16 +155,27 @@ class ShardedScan:
         tied with the score after the cut), the same for any number of lists; ``params``: its row selector."""
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         selector = None if params is None else params.sel
-        with self._lock:
-            self._in_flight += 1
-            spread = self._pool is not None and len(xq) == 1 and self._in_flight * self.threads <= self.cores
-        try:
+        with self._spreading(len(xq) == 1) as spread:
             scores, ids = self._spread(xq, k + 1, selector) if spread else self._scan_all(xq, k + 1, selector)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
         scores = np.where(ids < 0, -np.inf, scores).astype(np.float32)  # no row: as Faiss pads, whatever its value
         return scores[:, :k], above_the_cut(scores, ids, k)
+
+    def above(self, xq: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
+        """A lone query ``xq`` (1, d) -> every code score above ``radius`` (C,) and its id (C,), in no order (a
+        score within rounding of the radius may come back or not): a range search, whose cost grows less with the
+        rows it returns than a top list's does, spread over the lists like :meth:`search`."""
+        xq = np.ascontiguousarray(xq, dtype=np.float32)
+        with self._spreading(True) as spread, omp_threads(1):
+            if not spread:
+                _, scores, ids = self.scan.range_search(xq, radius, params=self._every_list)
+                return scores, ids
+            others = [self._pool.submit(self._range_list, number, xq, radius) for number in range(1, self.threads)]
+            parts = [self._range_list(0, xq, radius), *(other.result() for other in others)]
+        return np.concatenate([scores for scores, _ in parts]), np.concatenate([ids for _, ids in parts])
+
+    def _range_list(self, number: int, xq: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
+        _, scores, ids = self._views[number].range_search(xq, radius, params=self._unfiltered)
+        return scores, ids
 
     def _scan_all(self, xq, k, selector) -> tuple[np.ndarray, np.ndarray]:
         params = faiss.SearchParametersIVF(nprobe=self.threads, sel=selector)

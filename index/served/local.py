@@ -13,7 +13,6 @@ from densehybrid.encoder.base import EncoderSpec
 from densehybrid.index.storage.doc_ids import DocIds
 from densehybrid.index.storage.documents import DocTable
 from densehybrid.index.engines import faiss_engine, hnsw_engine, pqscan_engine
-from densehybrid.index.engines.pqscan_shards import ShardedScan, split_codes
 from densehybrid.index.engines.torch_engine import TorchStore, search_devices
 from densehybrid.index.search.filters import Filter, Selection, select_rows
 from densehybrid.index.storage.payload import Payload
@@ -80,7 +79,7 @@ class IndexFiles(CpuSearch, ManifestView, DocumentLookup, StoredIndex):
             flat = self.faiss  # the approximate stages' exact scans
             if pqscan_engine.is_pqscan(self.manifest["first_stage"]):
                 config = pqscan_engine.PQScanConfig.from_dict(self.manifest["first_stage"])
-                scan = ShardedScan(split_codes(self.ann, scan_threads))
+                scan = pqscan_engine.code_scan(self.ann, scan_threads)
                 return pqscan_engine.PQScanStore(scan, self.values, self.gates, self.doc_ids, config.rescore,
                                                  config.margin, flat)
             if self.ann is not None:
