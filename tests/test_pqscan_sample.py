@@ -5,10 +5,14 @@ import faiss
 import numpy as np
 import pytest
 
+from densehybrid.encoder.base import Encoded
 from densehybrid.index.engines import pqscan_sample
-from densehybrid.index.engines.pqscan_engine import PQScanStore, code_scan
+from densehybrid.index.engines.pqscan_engine import PQScanConfig, PQScanStore, code_scan
 from densehybrid.index.engines.pqscan_sample import CodeSample
 from densehybrid.index.engines.pqscan_shards import ShardedScan, split_codes
+from densehybrid.index.search.params import SearchParams
+from densehybrid.index.search.searcher import Searcher
+from test_hnsw import clustered, make_index
 from test_pqscan_threads import N, all_code_scores, codes, selection, xb, xq  # noqa: F401 (fixtures)
 
 
@@ -89,9 +93,9 @@ def test_the_range_search_finds_the_top_list_s_candidates(codes, xb, xq, shards,
         got = ranged._candidates(q[None], depth, max(rescore, depth), width, 2000, None)[0]
         assert sorted(got[got >= 0].tolist()) == sorted(want[want >= 0].tolist())
         np.testing.assert_array_equal(ranged.inner_product(q[None], depth)[1], top_list.inner_product(q[None], depth)[1])
-    if max(rescore, depth) >= 2 * depth:  # the range search did the work
+    if max(rescore, depth) > depth:  # the range search did the work
         assert len(answers) == 2 * len(xq) and sum(answer is not None for answer in answers) >= len(answers) * 0.8
-    else:  # the best codes hardly more than the depth: the top list
+    else:  # no more best codes than the depth: the top list
         assert answers == []
 
 
@@ -119,3 +123,14 @@ def test_filtered_batched_and_marginless_searches_keep_the_top_list(codes, xb, x
     assert answers == []
     ranged.inner_product(xq[:1], 10)
     assert len(answers) == 1 and answers[0] is not None
+
+
+def test_a_served_top_10_takes_the_range_search_and_answers_as_the_top_list(tmp_path):
+    index = make_index(tmp_path, n=3000, ann=PQScanConfig(rescore=50, margin=0.1, train_size=3000))
+    searcher = Searcher(index)
+    answers = taken(searcher.store)
+    queries = clustered(12, 16, seed=9)
+    got = [searcher.search(Encoded(q[None], None), SearchParams(k=10)).rows for q in queries]  # one at a time
+    assert len(answers) == len(queries) and sum(answer is not None for answer in answers) >= 10
+    searcher.store.scan.sample = None  # every query a top list
+    assert [searcher.search(Encoded(q[None], None), SearchParams(k=10)).rows for q in queries] == got

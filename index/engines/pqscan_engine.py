@@ -215,7 +215,7 @@ class PQScanStore(HostRows, VectorStore):
         and the kept rows are treated exactly as an unfiltered search treats every row. When the lowest
         score returned is still above the floor, one wider scan looks further."""
         count = self.scan.ntotal if selection is None else selection.count
-        if (len(xq) == 1 and width[0] > 0 and least >= 2 * depth and self.scan.sample is not None
+        if (len(xq) == 1 and width[0] > 0 and least > depth and self.scan.sample is not None
                 and (selection is None or selection.everything)):
             above = self._candidates_above(xq, depth, least, width, count)
             if above is not None:
@@ -242,9 +242,9 @@ class PQScanStore(HostRows, VectorStore):
                           ) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`_candidates` of a lone unfiltered query by one range search (``pqscan_sample``), with no top list
         as long as the rows within the margin could be; None when the sample cannot place the radius or placed it
-        above the floor or the ``least`` best. Taken where ``least`` >= 2 ``depth``: with hardly more than ``depth``
-        best codes, their depth-th best exact score is about their worst, up to a margin below the code score (1.05
-        margins at depth 1,000 of 1,000), and a radius from the sample fell above the floor for 40-90 % of queries."""
+        above the floor or the ``least`` best. Taken where ``least`` > ``depth``: with ``depth`` best codes only,
+        their depth-th best exact score is their worst, up to a margin below the code score (1.05 margins at depth
+        1,000), and a radius from the sample fell above the floor for 2-90 % of queries (at 50 to 1,000)."""
         radius = self.scan.sample.radius(xq, depth, float(width[0]))
         if radius is None:
             return None
