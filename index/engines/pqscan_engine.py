@@ -20,18 +20,16 @@ query needed was 0.062, 0.063 and 0.066 for held-out summaries, MS MARCO questio
 differs is how many rows lie within it: a query far from the corpus has flatter scores, so it gets more
 candidates, where a fixed number would lose its exact rows. The build calibrates the margin to a target.
 
-Every row is scanned, so the scan finds a query's neighbours wherever they lie: where a graph walk or
-inverted lists lose most on queries unlike the corpus (another domain), this keeps their recall close
-to the in-domain queries'. What it costs grows with the rows (a graph's cost does not), so it suits
-corpora of up to a few million rows; the scale guide compares them.
+Every row is scanned, so the scan finds a query's neighbours wherever they lie, and keeps the recall of
+queries from another domain close to the in-domain queries' (a graph walk loses most there); its cost
+grows with the rows, a graph's does not (the scale guide compares them).
 
 A filter is applied inside the scan (a row selector over the codes): a filtered search ranks the kept
 rows' code scores alone and treats them exactly as an unfiltered search treats every row, however unlike
 the query the kept rows are. A kept row the exact answer holds is missed only when its code is off by
 more than the margin. Where the kept rows' best scores are dense (a filter keeping the rows least like
-the query: its best rows sit in the thick of the score distribution), more rows lie within the margin:
-up to ``MAX_RESCORE`` are rescored, beyond that the kept rows are scanned exactly (through the flat
-index when the store has it), so such a search costs up to one exact scan of the kept rows.
+the query), more rows lie within the margin: up to ``MAX_RESCORE`` are rescored, beyond that the kept rows
+are scanned exactly (through the flat index when the store has it): up to one exact scan of them.
 
 The file holds a plain ``IndexPQ`` of 4-bit codes, one code row per index row in row order, so a fold
 copies the kept rows' codes and encodes only the written rows; opening it repacks the codes into the
@@ -64,12 +62,10 @@ DIMS_PER_CODE = 4  # 384 dims -> 96 codes of 4 bits: 48 bytes a row
 # the most candidates a search may rescore (a service setting bounds ``rescore`` further); a query with more
 # rows within its margin is scanned exactly
 MAX_RESCORE = 10_000
-# the code scores a scan returns to pick the rows within the margin from; a query with more rows within it
-# is scanned again for MAX_RESCORE
+# the code scores a top list holds to pick the rows within the margin from (more: scanned again for MAX_RESCORE)
 MAX_WITHIN_MARGIN = 2_000
 MAX_MARGIN = 10.0
-# A range search and a top list round a code score apart (a few float32 steps), so a score equal to a radius may
-# come back or not: the range search is asked a little below it.
+# a range search and a top list round a code score apart (a few float32 steps): a range is asked a little lower
 ROUNDING = 1e-5
 
 
@@ -185,7 +181,11 @@ class PQScanStore(HostRows, VectorStore):
         return self.scan.threads
 
     def inner_product(self, xq: np.ndarray, depth: int, selection: Selection | None = None, *,
-                      margin: float | None = None, rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      margin: float | None = None, rescore: int | None = None, held: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``depth`` of the candidates by exact score; the margin keeps the first ``held`` (None: all) as an exact
+        scan would, the rest are the best of the ``depth`` best codes (a rerank's candidates need no margin, which
+        at a depth of 1,000 held so many rows that every search became an exact scan)."""
         if rescore is not None and not 1 <= rescore <= MAX_RESCORE:
             raise SearchError(f"rescore must be in 1..{MAX_RESCORE}, got {rescore}")
         if margin is not None and not 0 <= margin <= MAX_MARGIN:
@@ -195,8 +195,9 @@ class PQScanStore(HostRows, VectorStore):
             return kept_exactly(xq, self.values, selection, depth, self.flat)
         least = max(rescore or self.rescore, depth)
         margin = self.margin if margin is None else margin
-        rows, spilled = self._candidates(xq, depth, least, margin * np.linalg.norm(xq, axis=1),
-                                         max(least, MAX_WITHIN_MARGIN) if margin > 0 else least + tie_room(least),
+        within = depth if held is None else min(max(held, 1), depth)
+        rows, spilled = self._candidates(xq, within, least, margin * np.linalg.norm(xq, axis=1),
+                                         max(least + tie_room(least), MAX_WITHIN_MARGIN if margin > 0 else 0),
                                          selection)
         scores, found = rescore_kept(xq, self.values, rows, depth)
         if spilled.any():  # more rows within the margin than the widest scan returns: every kept row, exactly
@@ -240,11 +241,10 @@ class PQScanStore(HostRows, VectorStore):
 
     def _candidates_above(self, xq: np.ndarray, depth: int, least: int, width: np.ndarray, count: int
                           ) -> tuple[np.ndarray, np.ndarray] | None:
-        """:meth:`_candidates` of a lone unfiltered query by one range search (``pqscan_sample``), with no top list
-        as long as the rows within the margin could be; None when the sample cannot place the radius or placed it
-        above the floor or the ``least`` best. Taken where ``least`` > ``depth``: with ``depth`` best codes only,
-        their depth-th best exact score is their worst, up to a margin below the code score (1.05 margins at depth
-        1,000), and a radius from the sample fell above the floor for 2-90 % of queries (at 50 to 1,000)."""
+        """:meth:`_candidates` of a lone unfiltered query by one range search (``pqscan_sample``); None when the
+        sample cannot place the radius or placed it above the floor or the ``least`` best. Taken where ``least`` >
+        ``depth``: else their depth-th best exact score is their worst, up to a margin below the code score, and a
+        radius from the sample fell above the floor for 2-90 % of queries (at depths 50 to 1,000)."""
         radius = self.scan.sample.radius(xq, depth, float(width[0]))
         if radius is None:
             return None

@@ -102,9 +102,13 @@ class Searcher:
             raise IndexMismatchError(f"the index needs query gates of {self.spec.gated_dim} dims")
 
     def _first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
-                     selection: Selection | None = None):
+                     selection: Selection | None = None, held: int | None = None):
+        """The first stage's top ``depth``; ``held``: how many leading rows an approximate stage must find as the
+        exact scan would (the page's hits; the rest are a rerank's candidates or probe the page's cut)."""
         # a filter's rows only when it drops some; a graph breadth or lists to scan only to a store that has them
         kept = {} if selection is None else {"selection": selection}
+        if held is not None and self.first_stage == "pqscan":
+            kept["held"] = held
         if params.first_stage == "approx_gip":  # a scan of the query's active columns: no graph to widen
             return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
         kept |= {field: getattr(params, field) for field in SEARCH_FIELDS.get(self.first_stage, ())
@@ -124,11 +128,11 @@ class Searcher:
         """
         n = self.index.count if selection is None else selection.count
         probe = min(n, depth + TIE_PROBE)
-        scores, rows = self._first_stage(xq, gq, params, probe, selection)
+        scores, rows = self._first_stage(xq, gq, params, probe, selection, held=depth)
         if probe > depth and tied_at_cut(scores, rows, depth) and run_reaches_the_end(scores, rows, depth):
             wider = min(n, max(2 * probe, MAX_TIE_DEPTH))
             if wider > probe:
-                scores, rows = self._first_stage(xq, gq, params, wider, selection)
+                scores, rows = self._first_stage(xq, gq, params, wider, selection, held=depth)
         return scores[:, :depth], rows[:, :depth]
 
     def part_query(self, xq: np.ndarray, method: str) -> np.ndarray:
@@ -139,7 +143,7 @@ class Searcher:
         return lexical if method == "lexical" else dense
 
     def _both_parts_first_stage(self, xq: np.ndarray, gq: np.ndarray | None, params: SearchParams, depth: int,
-                                selection: Selection | None = None) -> np.ndarray:
+                                selection: Selection | None = None, held: int | None = None) -> np.ndarray:
         """Candidate rows (Q, ≤ 2·depth) of a normalised fusion: the union of each part's own top ``depth``.
 
         The λ sum's top list is mostly the lexical part's (its scores are the larger), so it loses
@@ -149,8 +153,8 @@ class Searcher:
         lexical, dense = fusion.split_query(xq, self.spec.gated_dim)
         # one row past the cut shows whether the cut runs through tied scores (see above_the_cut)
         probe = min(depth + 1, self.index.count if selection is None else selection.count)
-        lexical_rows = above_the_cut(*self._first_stage(lexical, gq, params, probe, selection), depth)
-        dense = self._first_stage(dense, None, params.but(first_stage="ip"), probe, selection)
+        lexical_rows = above_the_cut(*self._first_stage(lexical, gq, params, probe, selection, held), depth)
+        dense = self._first_stage(dense, None, params.but(first_stage="ip"), probe, selection, held)
         dense_rows = above_the_cut(*dense, depth)
         return fusion.union_rows(lexical_rows, dense_rows)
 
@@ -204,9 +208,9 @@ class Searcher:
         fused = second and method in fusion.PER_QUERY_METHODS
         start = time.perf_counter()
         if fused:
-            rows = self._both_parts_first_stage(xq, gq, params, depth, selection)
+            rows = self._both_parts_first_stage(xq, gq, params, depth, selection, held=ranked)
         elif second:
-            scores, rows = self._first_stage(xq, gq, params, depth, selection)
+            scores, rows = self._first_stage(xq, gq, params, depth, selection, held=ranked)
         else:
             scores, rows = self._ranked_first_stage(xq, gq, params, depth, selection)
         search_ms = _ms(start)
@@ -250,7 +254,7 @@ class Searcher:
         ip = params.but(first_stage="ip")
         if params.rerank and self.reranks:  # the candidates a rerank would take, in first-stage order
             found = self._first_stage(xq, gq, ip, min(n, max(params.offset + params.k, params.candidates, k)),
-                                      selection)[1]
+                                      selection, held=min(n, max(params.offset + params.k, k)))[1]
         else:  # the ranked first stage an answer's hits come from (rows past the cut probe for ties)
             found = self._ranked_first_stage(xq, gq, ip, min(n, max(params.offset + params.k, k)), selection)[1]
         found = found[:, :k]
