@@ -94,3 +94,12 @@ def test_a_page_of_a_ranked_search_holds_its_hits_and_not_the_rows_probing_its_c
     assert calls and all(held == 30 and depth > 30 for depth, held in calls)
     truth = brute_topk(xq, np.asarray(index.values), 30)[1][:, 20:]
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth)]) >= 0.9
+
+
+def test_an_approximate_gip_first_stage_on_a_pqscan_index_is_not_handed_the_held_rows(tmp_path):
+    index = make_index(tmp_path, kind="dhr", n=1000, ann=PQScanConfig(rescore=50, margin=0.5, train_size=1000))
+    values = clustered(3, 32, seed=14)
+    gates = (np.random.default_rng(14).random((3, 16)) < 0.3).astype(np.uint8)
+    params = SearchParams(k=10, candidates=200, first_stage="approx_gip")
+    got = Searcher(index).search(Encoded(values, gates), params)
+    assert [len(rows) for rows in got.rows] == [10, 10, 10]

@@ -107,10 +107,10 @@ class Searcher:
         exact scan would (the page's hits; the rest are a rerank's candidates or probe the page's cut)."""
         # a filter's rows only when it drops some; a graph breadth or lists to scan only to a store that has them
         kept = {} if selection is None else {"selection": selection}
-        if held is not None and self.first_stage == "pqscan":
-            kept["held"] = held
         if params.first_stage == "approx_gip":  # a scan of the query's active columns: no graph to widen
             return self.store.approx_gip(xq, gq, params.theta, depth, **kept)
+        if held is not None and self.first_stage == "pqscan":
+            kept["held"] = held
         kept |= {field: getattr(params, field) for field in SEARCH_FIELDS.get(self.first_stage, ())
                  if getattr(params, field) is not None}
         return self.store.inner_product(xq, depth, **kept)
