@@ -47,6 +47,7 @@ MILVUS_FILES = ["-f", "docker-compose.yml", "-f", "docker-compose.milvus.yml", "
 SERVING = ["densehybrid", "lb", "prometheus"]
 # engine.sh's base image: Debian's python with the CPU torch wheel pip finds locally
 LOCAL_PYTHON = "local/python:3.11-bookworm"
+IMAGE = "densehybrid-stacktest"
 QUERY = "how do volcanoes erupt"
 
 TOPICS = ["volcanoes erupt when magma rises through the crust", "glaciers carve valleys as the ice slowly moves",
@@ -194,7 +195,7 @@ def stack(tmp_path_factory):
     # Base image and torch index: the caller's, else engine.sh's local base (no registry), else the defaults.
     env_file = work / ".env"
     subprocess.run(["sh", str(REPO / "deploy" / "init-env.sh"), str(env_file)], check=True, capture_output=True)
-    settings = {"DENSEHYBRID_IMAGE": "densehybrid-stacktest", "DENSEHYBRID_CPU_TAG": "cpu",
+    settings = {"DENSEHYBRID_IMAGE": IMAGE, "DENSEHYBRID_CPU_TAG": "cpu",
                 "DENSEHYBRID_CORPUS_DIR": str(corpus_dir), "DENSEHYBRID_FETCH_MODELS": "splade-tiny",
                 "DENSEHYBRID_HTTP_PORT": str(_free_port()), "PROMETHEUS_PORT": str(_free_port())}
     local_base = subprocess.run([docker, "image", "inspect", LOCAL_PYTHON], capture_output=True).returncode == 0
@@ -218,7 +219,9 @@ def stack(tmp_path_factory):
         yield s
     finally:
         down = s.compose("--profile", "setup", "down", "-v", "--remove-orphans", "-t", "5", check=False)
-        print(f"compose down -v: exit {down.returncode}; timings: {s.timings}")
+        # Every run builds a fresh image under the same tag; left behind, each one is 2 GB of disk for good.
+        removed = s.docker("image", "rm", "-f", f"{IMAGE}:cpu", check=False)
+        print(f"compose down -v: exit {down.returncode}; image rm: exit {removed.returncode}; timings: {s.timings}")
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +247,7 @@ def running(built):
 
 # ---------------------------------------------------------------------------- the tests, in order
 def test_cpu_image_builds_from_the_projects_dockerfile(built):
-    image = built.docker("image", "inspect", "densehybrid-stacktest:cpu").stdout
+    image = built.docker("image", "inspect", f"{IMAGE}:cpu").stdout
     labels = json.loads(image)[0]["Config"]["Labels"]
     assert labels["io.densehybrid.variant"] == "cpu"
 
