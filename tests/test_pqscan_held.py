@@ -6,8 +6,9 @@ import pytest
 
 from densehybrid.encoder.base import Encoded
 from densehybrid.index.building.pqscan import build_pqscan
-from densehybrid.index.engines import pqscan_engine
+from densehybrid.index.engines import hnsw_engine, pqscan_engine
 from densehybrid.index.engines.pqscan_engine import PQScanConfig, PQScanStore, code_scan
+from densehybrid.index.search.filters.rows import Selection
 from densehybrid.index.search.params import SearchParams
 from densehybrid.index.search.searcher import Searcher
 from test_hnsw import brute_topk, clustered, make_index
@@ -46,6 +47,19 @@ def test_the_held_rows_are_at_least_those_of_a_search_that_deep_and_the_rest_the
         exact = xb[rows[0]].astype(np.float32) @ q
         np.testing.assert_allclose(scores[0], exact, rtol=1e-5, atol=1e-5)  # exact scores, descending
         assert (np.diff(scores[0]) <= 0).all()
+
+
+def test_a_filtered_deep_search_holds_the_kept_rows_that_a_search_that_deep_finds(store, xq, monkeypatch):
+    monkeypatch.setattr(hnsw_engine, "EXACT_KEPT_ROWS", 0)  # this few rows would be scanned exactly
+    exact_scans = spy_on_exact_scans(monkeypatch)
+    kept = np.random.default_rng(52).random(N) < 0.3
+    selection = Selection(int(kept.sum()), N, mask=kept)
+    for q in xq:
+        shallow_scores, _ = store.inner_product(q[None], 10, selection)
+        scores, rows = store.inner_product(q[None], 600, selection, held=10)
+        assert kept[rows[0]].all() and len(set(rows[0].tolist())) == 600
+        assert (scores[0, :10] >= shallow_scores[0] - 1e-6).all()
+    assert exact_scans == []
 
 
 def test_held_none_or_the_whole_depth_is_the_search_as_before(store, xq):
