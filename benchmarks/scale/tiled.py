@@ -13,7 +13,9 @@ them: ``scan_threads`` shards, one query at a time, depth 10, the thread counts 
 Recall@10 is against the exact top 10 of the tiled rows, per query group.
 
 A tiled corpus is denser near each row than a real one of its size: every row has C - 1 near copies, so more
-rows lie within a query's margin. It measures how the scan and the rescoring grow, not a recall to state.
+rows lie within a query's margin. It measures how the scan and the rescoring grow, not a recall to state. A
+query with more rows within its margin than a search rescores is scanned exactly, here by numpy over the tiled
+rows (a served index has Faiss's flat scan of its vectors file for that): it weighs on the mean, not the p50.
 SCRATCH receives the tiled rows (C × the index's float16 rows); nothing is written into INDEX.
 """
 
