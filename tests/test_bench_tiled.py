@@ -3,12 +3,8 @@
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from densehybrid.bench.scale import tiled
-from densehybrid.cli.demo_corpus import write_stdlib_corpus
-from densehybrid.cli.main import app
-from support.index_files import write_queries
+from support.index_files import built_stdlib_index, write_queries
 
 
 def test_each_further_copy_is_a_near_neighbour_of_its_row_with_its_norm_not_a_duplicate(tmp_path):
@@ -36,18 +32,15 @@ def test_the_exact_top_read_in_chunks_is_the_brute_force_top(monkeypatch):
 
 
 def test_a_run_measures_each_size_and_thread_count_and_removes_its_rows(tmp_path, fake_models):
-    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=400)
-    built = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model",
-                                     "fake:cls", "--out", str(tmp_path / "index"), "--no-progress", "--ann", "pqscan",
-                                     "--pqscan-margin", "10"])  # every row within it: the exact top 10
-    assert built.exit_code == 0, built.output
+    # a margin that takes every row in: the searches' top 10 is the exact one
+    index, _ = built_stdlib_index(tmp_path, 400, options=("--ann", "pqscan", "--pqscan-margin", "10"))
     write_queries(tmp_path / "q.jsonl", [f"query {i} about {t}" for i, t in enumerate(["files", "dates", "sockets"])])
-    out = tiled.run(tmp_path / "index", tmp_path / "scratch", [f"few={tmp_path / 'q.jsonl'}:2",
-                                                                f"all={tmp_path / 'q.jsonl'}"], [1, 2], [1, 2], 0.2, 1)
+    groups = [f"few={tmp_path / 'q.jsonl'}:2", f"all={tmp_path / 'q.jsonl'}"]
+    out = tiled.run(index, tmp_path / "scratch", groups, [1, 2], [1, 2], 0.2, 1)
     assert [s["rows"] for s in out["sizes"]] == [400, 800] and out["queries"] == {"few": 2, "all": 3}
     for size in out["sizes"]:
         assert {t: timing["n"] for t, timing in size["latency_ms"].items()} == {"1": 5, "2": 5}
-        assert size["recall_at_10"] == {"few": 1.0, "all": 1.0}  # the searches' top 10 is the exact one's
+        assert size["recall_at_10"] == {"few": 1.0, "all": 1.0}
         assert set(size["ratios_p50"]) == {"2"}
     assert set(out["p50_exponents"]) == {"1", "2"} and len(out["p50_exponents"]["1"]) == 1
     assert list((tmp_path / "scratch").iterdir()) == []
@@ -55,9 +48,7 @@ def test_a_run_measures_each_size_and_thread_count_and_removes_its_rows(tmp_path
 
 
 def test_an_index_without_product_codes_is_refused_by_name(tmp_path, fake_models):
-    write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=50)
-    CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model", "fake:cls",
-                             "--out", str(tmp_path / "index"), "--no-progress"])
+    index, _ = built_stdlib_index(tmp_path, 50)
     write_queries(tmp_path / "q.jsonl", ["a query"])
     with pytest.raises(SystemExit, match="a pqscan first stage is needed, this index has flat_ip"):
-        tiled.run(tmp_path / "index", tmp_path / "scratch", [f"q={tmp_path / 'q.jsonl'}"], [1], [1], 0.2, 1)
+        tiled.run(index, tmp_path / "scratch", [f"q={tmp_path / 'q.jsonl'}"], [1], [1], 0.2, 1)

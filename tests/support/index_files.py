@@ -17,8 +17,10 @@ def index_files(directory) -> dict[str, bytes]:
     return out
 
 
-def built_stdlib_index(tmp_path: Path, limit: int, model: str = "fake:cls") -> tuple[Path, list[str]]:
-    """``index build`` of ``limit`` stdlib passages (the CLI, as a user runs it) -> (the index, their texts)."""
+def built_stdlib_index(tmp_path: Path, limit: int, model: str = "fake:cls", options: tuple[str, ...] = ()
+                       ) -> tuple[Path, list[str]]:
+    """``index build`` of ``limit`` stdlib passages (the CLI, as a user runs it, with ``options`` added) -> (the
+    index, their texts)."""
     from typer.testing import CliRunner
 
     from densehybrid.cli.demo_corpus import write_stdlib_corpus
@@ -26,7 +28,7 @@ def built_stdlib_index(tmp_path: Path, limit: int, model: str = "fake:cls") -> t
 
     write_stdlib_corpus(tmp_path / "corpus.jsonl", limit=limit)
     result = CliRunner().invoke(app, ["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--model", model,
-                                      "--out", str(tmp_path / "index"), "--no-progress"])
+                                      "--out", str(tmp_path / "index"), "--no-progress", *options])
     assert result.exit_code == 0, result.output
     return tmp_path / "index", [json.loads(line)["text"] for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
 
