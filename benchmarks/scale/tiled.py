@@ -34,9 +34,11 @@ import numpy as np
 
 from densehybrid.bench.scale.real import encoded_queries
 from densehybrid.bench.timing import ratio, round_robin, summarize
+from densehybrid.index.building import calibration
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.building.pqscan import build_pqscan
 from densehybrid.index.engines.pqscan_engine import PQScanConfig, PQScanStore, code_scan
+from densehybrid.index.search.recall import recall_at_k
 from densehybrid.index.search.widening import as_float32
 from densehybrid.index.served.loading import load_index
 from densehybrid.service.blas import one_thread_for_pooled_blas
@@ -65,19 +67,6 @@ def tiled_rows(values: np.ndarray, copies: int, spread: float, path: Path, seed:
     return out
 
 
-def exact_top(values: np.ndarray, xq: np.ndarray, k: int = K) -> np.ndarray:
-    """(Q, k) the rows of each query's exact top ``k`` inner products over ``values``, read in chunks."""
-    best_scores = np.full((len(xq), 0), -np.inf, np.float32)
-    best_rows = np.zeros((len(xq), 0), np.int64)
-    for start in range(0, len(values), CHUNK_ROWS):
-        scores = xq @ as_float32(np.asarray(values[start:start + CHUNK_ROWS])).T
-        rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-        scores, rows = np.concatenate([best_scores, scores], 1), np.concatenate([best_rows, rows], 1)
-        keep = np.argpartition(-scores, k - 1, axis=1)[:, :k] if scores.shape[1] > k else np.argsort(-scores, 1)
-        best_scores, best_rows = np.take_along_axis(scores, keep, 1), np.take_along_axis(rows, keep, 1)
-    return best_rows
-
-
 def measured(stores: dict[str, PQScanStore], groups: dict[str, np.ndarray], exact: np.ndarray,
              passes: int) -> dict:
     """Per store the latency of a lone query (every group's queries ``passes`` times, the stores taking turns),
@@ -94,8 +83,7 @@ def measured(stores: dict[str, PQScanStore], groups: dict[str, np.ndarray], exac
 
     samples = round_robin({t: timed(store) for t, store in stores.items()}, passes * len(xq), warmup=5)
     first = next(iter(stores.values()))
-    found = np.array([len(set(first.inner_product(q[None], K)[1][0].tolist()) & set(want.tolist())) / K
-                      for q, want in zip(xq, exact)])
+    found = recall_at_k(np.concatenate([first.inner_product(q[None], K)[1] for q in xq]), exact)
     recall, start = {}, 0
     for name, group in groups.items():
         recall[name] = round(float(found[start:start + len(group)].mean()), 4)
@@ -130,7 +118,7 @@ def run(index_dir: Path, scratch: Path, query_specs: list[str], copies: list[int
         values = tiled_rows(index.values, count, spread, scratch / f"tiled-{count}.npy")
         codes, _ = build_pqscan(values, replace(config, trained_rows=0))
         built_s = time.perf_counter() - started
-        exact = exact_top(values, xq)
+        exact = calibration.exact_top(xq, values, np.full(len(xq), -1))
         stores = {str(t): PQScanStore(code_scan(codes, t), values, None, (), config.rescore, config.margin)
                   for t in threads}
         size = {"copies": count, "rows": len(values), "build_s": round(built_s, 1),
