@@ -1,0 +1,271 @@
+"""How much of the rows a partitioned first stage must probe to hold each query's exact top 10: by the order in
+which it probes the groups, and by the rule that stops it.
+
+    python -m densehybrid.bench.scale.group_bounds INDEX --queries NAME=FILE[:N] [--queries ...]
+        [--groups 128 512 2048] [--reach 0.25 0.5 1] [--patience 4 16 64] [--slack 0 0.05 0.1 0.2]
+        [--out group-bounds.json]
+
+The rows of INDEX are grouped by k-means (``--groups`` G, trained on a sample, every row assigned to its nearest
+centre by L2, as inverted lists are) and each query probes the groups in the order one rule ranks them. What is
+measured is the share of the rows probed before each row of the query's exact top 10 is reached, with no code
+error: the least any scan probing in that order can read. Two figures per rule and query group follow from it:
+the share at which the whole top 10 is in (its p50 and p90 over the queries), and the one share that, probed by
+every query alike, gives a mean recall@10 of 0.95.
+
+The rules:
+
+- ``centre``: ``q·c``, the inverted lists' order;
+- ``centre + reach·|q|·radius``: a bound from the group's centre and its radius (the farthest row from the
+  centre). At reach 1 it is a true upper bound on every row's score; a reach below 1 is the calibrated kind;
+- ``mean + 3 sd`` (oracle): the mean and spread of the query's own scores over the group's rows, exactly; no
+  index stores them (they depend on the query): the order a bound made from a group's first two moments along
+  the query would give, were they known exactly;
+- ``group max`` (oracle): the group's best score for the query. Probing in this order is the least any order
+  can read, since the groups holding the top 10 are exactly those whose best reaches the 10th score.
+
+A search cannot know where the last of its top 10 lies, so it stops by a rule. Two, applied to the groups in
+centre order with exact scores (no code error: a search over codes adds its own), give per query set the mean
+recall@10 and the share probed:
+
+- ``patience P``: stop after P groups in a row that left the k-th best score so far where it was;
+- ``slack s``: stop at the first group whose centre score plus s × |q| is below the k-th best score so far.
+
+The rows are read in chunks; the scores of all queries against one chunk are held at a time, and for the rules
+each group's 10 best scores per query ((Q, G, 10) floats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from densehybrid.bench.scale.real import encoded_queries
+from densehybrid.index.building import calibration
+from densehybrid.index.building.commands import encoder_for_index
+from densehybrid.index.search.widening import as_float32
+from densehybrid.index.served.loading import load_index
+
+log = logging.getLogger(__name__)
+
+K = calibration.K
+CHUNK_ROWS = 65_536
+TRAIN_ROWS_PER_GROUP = 256  # as Faiss's k-means samples by default
+SPREAD_SDS = 3.0
+MEAN_RECALL = 0.95
+
+
+def grouped(values: np.ndarray, groups: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(G, dim) k-means centres trained on a sample of ``values`` and (N,) each row's group."""
+    import faiss
+
+    rng = np.random.default_rng(seed)
+    sample_rows = np.sort(rng.choice(len(values), min(len(values), groups * TRAIN_ROWS_PER_GROUP), replace=False))
+    kmeans = faiss.Kmeans(values.shape[1], groups, niter=12, seed=seed)
+    kmeans.train(as_float32(np.asarray(values[sample_rows])))
+    assignment = np.concatenate([kmeans.index.search(as_float32(values[s:s + CHUNK_ROWS]), 1)[1][:, 0]
+                                 for s in range(0, len(values), CHUNK_ROWS)])
+    return kmeans.centroids, assignment
+
+
+def group_statistics(xq: np.ndarray, values: np.ndarray, centres: np.ndarray, assignment: np.ndarray) -> dict:
+    """Per group: its row count and radius, and per (query, group) the mean, sd and max of the query's scores."""
+    count = np.bincount(assignment, minlength=len(centres))
+    total = np.zeros((len(xq), len(centres)), np.float64)
+    squares = np.zeros_like(total)
+    best = np.full((len(xq), len(centres)), -np.inf, np.float32)
+    radius = np.zeros(len(centres), np.float32)
+    for s in range(0, len(values), CHUNK_ROWS):
+        rows, owner = as_float32(values[s:s + CHUNK_ROWS]), assignment[s:s + CHUNK_ROWS]
+        by_group = np.argsort(owner, kind="stable")
+        owner, rows = owner[by_group], rows[by_group]
+        present, starts = np.unique(owner, return_index=True)
+        scores = xq @ rows.T
+        total[:, present] += np.add.reduceat(scores, starts, axis=1)
+        squares[:, present] += np.add.reduceat(scores.astype(np.float64) ** 2, starts, axis=1)
+        best[:, present] = np.maximum(best[:, present], np.maximum.reduceat(scores, starts, axis=1))
+        distance = np.linalg.norm(rows - centres[owner], axis=1)
+        radius[present] = np.maximum(radius[present], np.maximum.reduceat(distance, starts))
+    mean = total / np.maximum(count, 1)
+    sd = np.sqrt(np.maximum(squares / np.maximum(count, 1) - mean ** 2, 0.0))
+    return {"count": count, "radius": radius, "mean": mean, "sd": sd, "max": best}
+
+
+def rule_scores(xq: np.ndarray, centres: np.ndarray, stats: dict, reaches: list[float]) -> dict[str, np.ndarray]:
+    """(Q, G) the score each rule ranks the groups by, the higher probed first; empty groups last."""
+    centre = xq @ centres.T
+    norms = np.linalg.norm(xq, axis=1, keepdims=True)
+    rules = {"centre": centre}
+    for reach in reaches:
+        rules[f"centre + {reach:g}·|q|·radius"] = centre + reach * norms * stats["radius"][None]
+    rules[f"mean + {SPREAD_SDS:g} sd (oracle)"] = stats["mean"] + SPREAD_SDS * stats["sd"]
+    rules["group max (oracle)"] = stats["max"].astype(np.float64)
+    empty = stats["count"] == 0
+    return {name: np.where(empty[None], -np.inf, score) for name, score in rules.items()}
+
+
+def arrival_shares(score: np.ndarray, count: np.ndarray, assignment: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """(Q, k): the share of the rows probed, groups in descending ``score``, when each top row's group is done."""
+    order = np.argsort(-score, axis=1, kind="stable")
+    probed = np.cumsum(count[order], axis=1) / count.sum()
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(order.shape[1])[None].repeat(len(order), 0), axis=1)
+    return np.take_along_axis(probed, np.take_along_axis(rank, assignment[top], axis=1), axis=1)
+
+
+def summary(arrivals: np.ndarray) -> dict:
+    """The share probed for the whole top 10 (p50, p90 over queries) and the common share for mean recall 0.95."""
+    whole = arrivals.max(axis=1)
+    return {"whole_top10_p50": round(float(np.median(whole)), 4),
+            "whole_top10_p90": round(float(np.percentile(whole, 90)), 4),
+            "share_for_mean_recall_0.95": round(float(np.quantile(arrivals, MEAN_RECALL, method="inverted_cdf")), 4)}
+
+
+def group_tops(xq: np.ndarray, values: np.ndarray, assignment: np.ndarray, groups: int,
+               queries_at_once: int = 25) -> np.ndarray:
+    """(Q, G, k) each group's k best scores for each query, descending (-inf where a group has fewer rows)."""
+    by_group = np.argsort(assignment, kind="stable")
+    owner = assignment[by_group]
+    starts = np.searchsorted(owner, np.arange(groups))
+    place = np.arange(len(owner)) - starts[owner]
+    keep = place < K
+    tops = np.full((len(xq), groups, K), -np.inf, np.float32)
+    for q0 in range(0, len(xq), queries_at_once):
+        block = xq[q0:q0 + queries_at_once]
+        scores = np.concatenate([block @ as_float32(values[s:s + CHUNK_ROWS]).T
+                                 for s in range(0, len(values), CHUNK_ROWS)], axis=1)[:, by_group]
+        for i, row in enumerate(scores):
+            # each group's rows stay where they were, best first, so a row's place in its group is its rank
+            tops[q0 + i, owner[keep], place[keep]] = row[np.lexsort((-row, owner))][keep]
+    return tops
+
+
+def running_kth(order: np.ndarray, tops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For one query, groups probed in ``order``: the k-th best score after each group, and whether it rose."""
+    best = np.full(K, -np.inf, np.float32)
+    kth = np.empty(len(order), np.float32)
+    rose = np.zeros(len(order), bool)
+    for step, group in enumerate(order):
+        head = tops[group]
+        if head[0] > best[-1]:
+            best = np.sort(np.concatenate([best, head]))[::-1][:K]
+            rose[step] = True
+        kth[step] = best[-1]
+    return kth, rose
+
+
+def stopping_rules(xq: np.ndarray, centres: np.ndarray, count: np.ndarray, assignment: np.ndarray,
+                   top: np.ndarray, tops: np.ndarray, patiences: list[int], slacks: list[float],
+                   sets: dict[str, np.ndarray]) -> dict:
+    """Groups probed in order of their centre, stopped by a rule a search can apply: after ``patience`` groups
+    in a row that left the k-th best score where it was, or at the first group whose centre score plus
+    ``slack``·|q| falls below the k-th best so far. Per rule and set: mean recall@10 and the share probed."""
+    centre = np.where(count[None] == 0, -np.inf, xq @ centres.T)  # an empty group last, as in ``rule_scores``
+    order = np.argsort(-centre, axis=1, kind="stable")
+    probed = np.cumsum(count[order], axis=1) / count.sum()
+    rank = np.argsort(order, axis=1)
+    holder_rank = np.take_along_axis(rank, assignment[top], axis=1)
+    norms = np.linalg.norm(xq, axis=1)
+    stops = {f"patience {p}": [] for p in patiences} | {f"slack {s:g}": [] for s in slacks}
+    for q in range(len(xq)):
+        kth, rose = running_kth(order[q], tops[q])
+        rises = np.flatnonzero(rose)
+        for p in patiences:
+            gaps = np.diff(np.concatenate([rises, [len(order[q]) + p]]))
+            stops[f"patience {p}"].append(min(rises[np.argmax(gaps > p)] + p, len(order[q]) - 1))
+        for s in slacks:
+            below = np.flatnonzero(centre[q, order[q][1:]] + s * norms[q] < kth[:-1])
+            stops[f"slack {s:g}"].append(below[0] if len(below) else len(order[q]) - 1)
+    out = {}
+    for name, stop in stops.items():
+        stop = np.asarray(stop)
+        recall_share = np.stack([(holder_rank <= stop[:, None]).mean(axis=1), probed[np.arange(len(xq)), stop]], 1)
+        out[name] = per_set(recall_share, sets, lambda part: {
+            "recall_at_10": round(float(part[:, 0].mean()), 4), "share_p50": round(float(np.median(part[:, 1])), 4),
+            "share_p90": round(float(np.percentile(part[:, 1], 90)), 4)})
+    return out
+
+
+def per_set(by_query: np.ndarray, sets: dict[str, np.ndarray], summarized) -> dict:
+    """``summarized`` of each query set's rows of ``by_query`` (the sets' queries in order, one row each)."""
+    out, first = {}, 0
+    for name, queries in sets.items():
+        out[name] = summarized(by_query[first:first + len(queries)])
+        first += len(queries)
+    return out
+
+
+def run(index_dir: Path, query_specs: list[str], group_counts: list[int], reaches: list[float],
+        patiences: list[int], slacks: list[float]) -> dict:
+    index = load_index(index_dir)
+    if max(group_counts) > index.count:
+        raise SystemExit(f"{index_dir}: {max(group_counts)} groups asked of {index.count} rows")
+    sets = encoded_queries(encoder_for_index(index, device="cpu"), query_specs)
+    xq = np.concatenate(list(sets.values()))
+    top = calibration.exact_top(xq, index.values, np.full(len(xq), -1))
+    result = {"index": str(index_dir), "rows": index.count, "dim": int(index.values.shape[1]), "k": K,
+              "queries": {name: len(g) for name, g in sets.items()}, "cores": len(os.sched_getaffinity(0)),
+              "groupings": []}
+    for groups in group_counts:
+        started = time.perf_counter()
+        centres, assignment = grouped(index.values, groups)
+        stats = group_statistics(xq, index.values, centres, assignment)
+        entry = {"groups": groups, "rows_per_group_p50": int(np.median(stats["count"])),
+                 "seconds": round(time.perf_counter() - started, 1), "rules": {}}
+        for name, score in rule_scores(xq, centres, stats, reaches).items():
+            entry["rules"][name] = per_set(arrival_shares(score, stats["count"], assignment, top), sets, summary)
+        tops = group_tops(xq, index.values, assignment, groups)
+        entry["stopped"] = stopping_rules(xq, centres, stats["count"], assignment, top, tops, patiences, slacks, sets)
+        log.info("%d groups: %s %s", groups, json.dumps(entry["rules"]), json.dumps(entry["stopped"]))
+        result["groupings"].append(entry)
+    return result
+
+
+def markdown(result: dict) -> str:
+    sets = list(result["queries"])
+    lines = ["| groups | probed in order of | " + " | ".join(
+        f"{s}: whole top 10, p50 / p90 | {s}: mean recall 0.95" for s in sets) + " |",
+        "|---|---|" + "---|---|" * len(sets)]
+    for entry in result["groupings"]:
+        for name, per_set in entry["rules"].items():
+            cells = [f"{per_set[s]['whole_top10_p50']:.3f} / {per_set[s]['whole_top10_p90']:.3f} | "
+                     f"{per_set[s]['share_for_mean_recall_0.95']:.3f}" for s in sets]
+            lines.append(f"| {entry['groups']:,} | {name} | " + " | ".join(cells) + " |")
+    lines += ["", "| groups | centre order, stopped by | " + " | ".join(
+        f"{s}: recall@10 | {s}: share probed p50 / p90" for s in sets) + " |", "|---|---|" + "---|---|" * len(sets)]
+    for entry in result["groupings"]:
+        for name, per_set in entry["stopped"].items():
+            cells = [f"{per_set[s]['recall_at_10']:.3f} | {per_set[s]['share_p50']:.3f} / {per_set[s]['share_p90']:.3f}"
+                     for s in sets]
+            lines.append(f"| {entry['groups']:,} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("index", type=Path)
+    parser.add_argument("--queries", action="append", required=True, help="NAME=FILE[:N], a BEIR queries.jsonl")
+    parser.add_argument("--groups", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--reach", type=float, nargs="+", default=[0.25, 0.5, 1.0],
+                        help="the radius bound's reach; 1 is a true upper bound")
+    parser.add_argument("--patience", type=int, nargs="+", default=[4, 16, 64],
+                        help="stop after this many groups in a row that left the k-th best score as it was")
+    parser.add_argument("--slack", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2],
+                        help="stop at the first group whose centre score + slack x |q| is below the k-th best so far")
+    parser.add_argument("--out", type=Path, default=Path("group-bounds.json"))
+    args = parser.parse_args(argv)
+    if min(args.groups) < 1 or min(args.reach) < 0 or min(args.patience) < 1:
+        parser.error("--groups and --patience must be >= 1 and --reach >= 0")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    result = run(args.index, args.queries, args.groups, args.reach, args.patience, args.slack)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
