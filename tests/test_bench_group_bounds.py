@@ -119,13 +119,43 @@ def test_a_run_over_a_built_index_reports_every_rule_per_query_set(tmp_path, fak
     index, _ = built_stdlib_index(tmp_path, 300)
     write_queries(tmp_path / "q.jsonl", [f"query {i} about {t}" for i, t in enumerate(["files", "dates", "sockets"])])
     out = group_bounds.run(index, [f"few={tmp_path / 'q.jsonl'}:2", f"all={tmp_path / 'q.jsonl'}"], [1, 8],
-                           [1.0], [2], [0.1])
+                           [1.0], [2], [0.1, 1000.0], target=0.95)
     assert out["rows"] == 300 and out["queries"] == {"few": 2, "all": 3}
     one, eight = out["groupings"]
     for per_set in one["rules"].values():  # a single group is the whole scan whatever the order
         assert per_set["all"] == {"whole_top10_p50": 1.0, "whole_top10_p90": 1.0, "share_for_mean_recall_0.95": 1.0}
     assert set(eight["rules"]) == {"centre", "centre + 1·|q|·radius", "mean + 3 sd (oracle)", "group max (oracle)"}
-    assert set(eight["stopped"]) == {"patience 2", "slack 0.1"}
+    assert set(eight["stopped"]) == {"patience 2", "slack 0.1", "slack 1000"}
+    assert eight["calibrated"]["slack"] in (0.1, 1000.0)
+    assert set(eight["calibrated"]["calibration"]["slack 0.1"]) == {"in_domain", "other_domain"}
     assert "| 8 | group max (oracle) |" in group_bounds.markdown(out)
+    assert "8 groups, calibrated to 0.95: slack" in group_bounds.markdown(out)
     with pytest.raises(SystemExit, match="301 groups asked of 300 rows"):
         group_bounds.run(index, [f"q={tmp_path / 'q.jsonl'}"], [301], [1.0], [2], [0.1])
+
+
+def test_a_querys_own_row_is_left_out_of_its_groups_best_scores(grouped_rows):
+    xq, values, rows, centres, assignment, _ = grouped_rows
+    own = np.array([5, -1, 17, -1, -1, -1, 599])
+    tops = group_bounds.group_tops(xq, values, assignment, len(centres), own_rows=own)
+    for q, row in enumerate(own):
+        g = assignment[row] if row >= 0 else assignment[0]
+        members = np.flatnonzero(assignment == g)
+        members = members[members != row]
+        best = -np.sort(-(xq[q] @ rows[members].T))[:K]
+        np.testing.assert_allclose(tops[q, g, :len(best)], best, rtol=1e-5, atol=1e-5)
+
+
+def test_the_calibrated_slack_is_the_least_at_which_every_calibration_group_reaches_the_target(grouped_rows):
+    from densehybrid.index.building.calibration_queries import CalibrationQueries, Group
+
+    xq, values, _, centres, assignment, _ = grouped_rows
+    count = np.bincount(assignment, minlength=len(centres))
+    queries = CalibrationQueries((Group("in_domain", values[[3, 40, 90]].astype(np.float32), np.array([3, 40, 90]), ""),
+                                  Group("other_domain", xq, np.full(len(xq), -1), "")))
+    slacks = [0.5, 1.0, 1.5, 2.0, 3.0, 1000.0]
+    chosen = group_bounds.calibrated_slack(queries, values, centres, count, assignment, slacks, 0.9)
+    reached = [s for s in slacks if min(g["recall_at_10"] for g in chosen["calibration"][f"slack {s:g}"].values()) >= 0.9]
+    assert chosen["slack"] == reached[0] and chosen["slack"] < 1000.0
+    assert set(chosen["calibration"][f"slack {reached[0]:g}"]) == {"in_domain", "other_domain"}
+    assert group_bounds.calibrated_slack(queries, values, centres, count, assignment, [0.0], 1.0)["slack"] is None

@@ -3,7 +3,7 @@ which it probes the groups, and by the rule that stops it.
 
     python -m densehybrid.bench.scale.group_bounds INDEX --queries NAME=FILE[:N] [--queries ...]
         [--groups 128 512 2048] [--reach 0.25 0.5 1] [--patience 4 16 64] [--slack 0 0.05 0.1 0.2]
-        [--out group-bounds.json]
+        [--target 0.95] [--out group-bounds.json]
 
 The rows of INDEX are grouped by k-means (``--groups`` G, trained on a sample, every row assigned to its nearest
 centre by L2, as inverted lists are) and each query probes the groups in the order one rule ranks them. What is
@@ -30,6 +30,11 @@ recall@10 and the share probed:
 - ``patience P``: stop after P groups in a row that left the k-th best score so far where it was;
 - ``slack s``: stop at the first group whose centre score plus s × |q| is below the k-th best score so far.
 
+With ``--target`` the slack is also chosen as a build would choose it: the least of ``--slack`` at which both
+groups of the queries ``index build`` calibrates on (sentences cut from sampled passages, their rows left out;
+docstrings of Python's standard library) reach that mean recall@10. The query sets' figures at that slack then
+say whether a calibrated slack holds for queries it never saw.
+
 The rows are read in chunks; the scores of all queries against one chunk are held at a time, and for the rules
 each group's 10 best scores per query ((Q, G, 10) floats).
 """
@@ -46,7 +51,8 @@ from pathlib import Path
 import numpy as np
 
 from densehybrid.bench.scale.real import encoded_queries
-from densehybrid.index.building import calibration
+from densehybrid.index.building import calibration, calibration_queries
+from densehybrid.index.building.calibration_queries import CalibrationQueries
 from densehybrid.index.building.commands import encoder_for_index
 from densehybrid.index.search.widening import as_float32
 from densehybrid.index.served.loading import load_index
@@ -127,9 +133,11 @@ def summary(arrivals: np.ndarray) -> dict:
 
 
 def group_tops(xq: np.ndarray, values: np.ndarray, assignment: np.ndarray, groups: int,
-               queries_at_once: int = 25) -> np.ndarray:
-    """(Q, G, k) each group's k best scores for each query, descending (-inf where a group has fewer rows)."""
+               own_rows: np.ndarray | None = None, queries_at_once: int = 25) -> np.ndarray:
+    """(Q, G, k) each group's k best scores for each query, descending (-inf where a group has fewer rows), each
+    query's ``own_rows`` (the row it was cut from; -1: none) left out."""
     by_group = np.argsort(assignment, kind="stable")
+    place_of_row = np.argsort(by_group)
     owner = assignment[by_group]
     starts = np.searchsorted(owner, np.arange(groups))
     place = np.arange(len(owner)) - starts[owner]
@@ -140,6 +148,8 @@ def group_tops(xq: np.ndarray, values: np.ndarray, assignment: np.ndarray, group
         scores = np.concatenate([block @ as_float32(values[s:s + CHUNK_ROWS]).T
                                  for s in range(0, len(values), CHUNK_ROWS)], axis=1)[:, by_group]
         for i, row in enumerate(scores):
+            if own_rows is not None and own_rows[q0 + i] >= 0:
+                row[place_of_row[own_rows[q0 + i]]] = -np.inf
             # each group's rows stay where they were, best first, so a row's place in its group is its rank
             tops[q0 + i, owner[keep], place[keep]] = row[np.lexsort((-row, owner))][keep]
     return tops
@@ -200,12 +210,30 @@ def per_set(by_query: np.ndarray, sets: dict[str, np.ndarray], summarized) -> di
     return out
 
 
+def calibrated_slack(queries: CalibrationQueries, values: np.ndarray, centres: np.ndarray, count: np.ndarray,
+                     assignment: np.ndarray, slacks: list[float], target: float) -> dict:
+    """The least of ``slacks`` at which every group of the build's own calibration ``queries`` (their rows left
+    out, as a calibration holds them out) reaches a mean recall@10 of ``target`` under the slack rule, and what
+    each group got at each slack."""
+    xq, own = queries.vectors, queries.own_rows
+    top = calibration.exact_top(xq, values, own)
+    tops = group_tops(xq, values, assignment, len(centres), own_rows=own)
+    sets = {group.name: group.vectors for group in queries.groups}
+    stopped = stopping_rules(xq, centres, count, assignment, top, tops, [], slacks, sets)
+    reached = [s for s in sorted(slacks) if all(g["recall_at_10"] >= target for g in stopped[f"slack {s:g}"].values())]
+    return {"target": target, "slack": reached[0] if reached else None, "calibration": stopped}
+
+
 def run(index_dir: Path, query_specs: list[str], group_counts: list[int], reaches: list[float],
-        patiences: list[int], slacks: list[float]) -> dict:
+        patiences: list[int], slacks: list[float], target: float | None = None) -> dict:
+    """``target``: also calibrate the slack on the queries ``index build`` calibrates on (sentences cut from the
+    passages, docstrings of Python's standard library) and give the query sets' figures at the slack chosen."""
     index = load_index(index_dir)
     if max(group_counts) > index.count:
         raise SystemExit(f"{index_dir}: {max(group_counts)} groups asked of {index.count} rows")
-    sets = encoded_queries(encoder_for_index(index, device="cpu"), query_specs)
+    encoder = encoder_for_index(index, device="cpu")
+    sets = encoded_queries(encoder, query_specs)
+    build_queries = None if target is None else calibration_queries.queries_for(encoder, index_dir, index.values)
     xq = np.concatenate(list(sets.values()))
     top = calibration.exact_top(xq, index.values, np.full(len(xq), -1))
     result = {"index": str(index_dir), "rows": index.count, "dim": int(index.values.shape[1]), "k": K,
@@ -221,6 +249,9 @@ def run(index_dir: Path, query_specs: list[str], group_counts: list[int], reache
             entry["rules"][name] = per_set(arrival_shares(score, stats["count"], assignment, top), sets, summary)
         tops = group_tops(xq, index.values, assignment, groups)
         entry["stopped"] = stopping_rules(xq, centres, stats["count"], assignment, top, tops, patiences, slacks, sets)
+        if build_queries is not None:
+            entry["calibrated"] = calibrated_slack(build_queries, index.values, centres, stats["count"], assignment,
+                                                   slacks, target)
         log.info("%d groups: %s %s", groups, json.dumps(entry["rules"]), json.dumps(entry["stopped"]))
         result["groupings"].append(entry)
     return result
@@ -243,6 +274,17 @@ def markdown(result: dict) -> str:
             cells = [f"{per_set[s]['recall_at_10']:.3f} | {per_set[s]['share_p50']:.3f} / {per_set[s]['share_p90']:.3f}"
                      for s in sets]
             lines.append(f"| {entry['groups']:,} | {name} | " + " | ".join(cells) + " |")
+    for entry in result["groupings"]:
+        chosen = entry.get("calibrated")
+        if chosen is None:
+            continue
+        if chosen["slack"] is None:
+            lines.append(f"\n{entry['groups']:,} groups, calibrated to {chosen['target']}: no slack reached it")
+            continue
+        held = entry["stopped"][f"slack {chosen['slack']:g}"]
+        lines.append(f"\n{entry['groups']:,} groups, calibrated to {chosen['target']}: slack {chosen['slack']:g}, "
+                     + ", ".join(f"{s} recall@10 {held[s]['recall_at_10']:.3f} (share p50 {held[s]['share_p50']:.3f})"
+                                 for s in sets))
     return "\n".join(lines)
 
 
@@ -257,12 +299,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="stop after this many groups in a row that left the k-th best score as it was")
     parser.add_argument("--slack", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2],
                         help="stop at the first group whose centre score + slack x |q| is below the k-th best so far")
+    parser.add_argument("--target", type=float, default=None,
+                        help="also calibrate the slack to this recall on the queries index build calibrates on")
     parser.add_argument("--out", type=Path, default=Path("group-bounds.json"))
     args = parser.parse_args(argv)
     if min(args.groups) < 1 or min(args.reach) < 0 or min(args.patience) < 1:
         parser.error("--groups and --patience must be >= 1 and --reach >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    result = run(args.index, args.queries, args.groups, args.reach, args.patience, args.slack)
+    result = run(args.index, args.queries, args.groups, args.reach, args.patience, args.slack, args.target)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(result))
 
