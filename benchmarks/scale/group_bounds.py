@@ -48,6 +48,7 @@ import os
 import time
 from pathlib import Path
 
+import faiss
 import numpy as np
 
 from densehybrid.bench.scale.real import encoded_queries
@@ -68,8 +69,6 @@ MEAN_RECALL = 0.95
 
 def grouped(values: np.ndarray, groups: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(G, dim) k-means centres trained on a sample of ``values`` and (N,) each row's group."""
-    import faiss
-
     rng = np.random.default_rng(seed)
     sample_rows = np.sort(rng.choice(len(values), min(len(values), groups * TRAIN_ROWS_PER_GROUP), replace=False))
     kmeans = faiss.Kmeans(values.shape[1], groups, niter=12, seed=seed)
@@ -119,8 +118,7 @@ def arrival_shares(score: np.ndarray, count: np.ndarray, assignment: np.ndarray,
     """(Q, k): the share of the rows probed, groups in descending ``score``, when each top row's group is done."""
     order = np.argsort(-score, axis=1, kind="stable")
     probed = np.cumsum(count[order], axis=1) / count.sum()
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(order.shape[1])[None].repeat(len(order), 0), axis=1)
+    rank = np.argsort(order, axis=1)  # each group's place in the order
     return np.take_along_axis(probed, np.take_along_axis(rank, assignment[top], axis=1), axis=1)
 
 
@@ -150,7 +148,7 @@ def group_tops(xq: np.ndarray, values: np.ndarray, assignment: np.ndarray, group
         for i, row in enumerate(scores):
             if own_rows is not None and own_rows[q0 + i] >= 0:
                 row[place_of_row[own_rows[q0 + i]]] = -np.inf
-            # each group's rows stay where they were, best first, so a row's place in its group is its rank
+            # sorted by group then score, each group's rows keep their span, best first: a place is a rank
             tops[q0 + i, owner[keep], place[keep]] = row[np.lexsort((-row, owner))][keep]
     return tops
 
