@@ -1,17 +1,19 @@
-"""``python -m densehybrid.bench.scale.group_bounds``: the share of the rows a partitioned scan must probe to hold
-each query's exact top 10, by probing order and by stopping rule, checked against loops over the rows."""
+"""``python -m densehybrid.bench.scale.group_bounds`` and its stopping rules (``group_stops``): the share of the rows
+a partitioned scan must probe to hold each query's exact top 10, by probing order and by stopping rule, checked
+against loops over the rows."""
 
 import numpy as np
 import pytest
-from densehybrid.bench.scale import group_bounds
+from densehybrid.bench.scale import group_bounds, group_stops
 from support.index_files import built_stdlib_index, write_queries
 
-K = group_bounds.K
+K = group_stops.K
 
 
 @pytest.fixture
 def grouped_rows(monkeypatch):
-    monkeypatch.setattr(group_bounds, "CHUNK_ROWS", 37)  # statistics merged across many chunks
+    for module in (group_bounds, group_stops):  # statistics merged across many chunks
+        monkeypatch.setattr(module, "CHUNK_ROWS", 37)
     rng = np.random.default_rng(3)
     clusters = rng.standard_normal((12, 16))  # rows that cluster loosely, queries from anywhere
     values = (clusters[rng.integers(0, 12, 600)] + rng.standard_normal((600, 16))).astype(np.float16)
@@ -37,7 +39,7 @@ def test_the_group_statistics_match_a_loop_over_each_groups_rows(grouped_rows):
 
 def test_each_groups_top_scores_are_its_best_rows_in_order(grouped_rows):
     xq, values, rows, centres, assignment, _ = grouped_rows
-    tops = group_bounds.group_tops(xq, values, assignment, len(centres), queries_at_once=3)
+    tops = group_stops.group_tops(xq, values, assignment, len(centres), queries_at_once=3)
     for g in range(len(centres)):
         best = -np.sort(-(xq @ rows[assignment == g].T), axis=1)[:, :K]
         np.testing.assert_allclose(tops[:, g, :best.shape[1]], best, rtol=1e-5, atol=1e-5)
@@ -80,9 +82,9 @@ def test_one_group_is_the_whole_scan():
 def test_a_stopping_rule_is_what_a_search_probing_group_by_group_would_do(grouped_rows):
     xq, values, rows, centres, assignment, top = grouped_rows
     count = np.bincount(assignment, minlength=len(centres))
-    tops = group_bounds.group_tops(xq, values, assignment, len(centres))
+    tops = group_stops.group_tops(xq, values, assignment, len(centres))
     sets = {"a": xq[:4], "b": xq[4:]}
-    out = group_bounds.stopping_rules(xq, centres, count, assignment, top, tops, [1, 2, 1000], [1.5, 2.0, 1000.0],
+    out = group_stops.stopping_rules(xq, centres, count, assignment, top, tops, [1, 2, 1000], [1.5, 2.0, 1000.0],
                                       sets)
     for name in ("patience 1000", "slack 1000"):  # never stops early: every group probed
         assert out[name] == {s: {"recall_at_10": 1.0, "share_p50": 1.0, "share_p90": 1.0} for s in sets}
@@ -137,7 +139,7 @@ def test_a_run_over_a_built_index_reports_every_rule_per_query_set(tmp_path, fak
 def test_a_querys_own_row_is_left_out_of_its_groups_best_scores(grouped_rows):
     xq, values, rows, centres, assignment, _ = grouped_rows
     own = np.array([5, -1, 17, -1, -1, -1, 599])
-    tops = group_bounds.group_tops(xq, values, assignment, len(centres), own_rows=own)
+    tops = group_stops.group_tops(xq, values, assignment, len(centres), own_rows=own)
     for q, row in enumerate(own):
         g = assignment[row] if row >= 0 else assignment[0]
         members = np.flatnonzero(assignment == g)
@@ -154,8 +156,8 @@ def test_the_calibrated_slack_is_the_least_at_which_every_calibration_group_reac
     queries = CalibrationQueries((Group("in_domain", values[[3, 40, 90]].astype(np.float32), np.array([3, 40, 90]), ""),
                                   Group("other_domain", xq, np.full(len(xq), -1), "")))
     slacks = [0.5, 1.0, 1.5, 2.0, 3.0, 1000.0]
-    chosen = group_bounds.calibrated_slack(queries, values, centres, count, assignment, slacks, 0.9)
+    chosen = group_stops.calibrated_slack(queries, values, centres, count, assignment, slacks, 0.9)
     reached = [s for s in slacks if min(g["recall_at_10"] for g in chosen["calibration"][f"slack {s:g}"].values()) >= 0.9]
     assert chosen["slack"] == reached[0] and chosen["slack"] < 1000.0
     assert set(chosen["calibration"][f"slack {reached[0]:g}"]) == {"in_domain", "other_domain"}
-    assert group_bounds.calibrated_slack(queries, values, centres, count, assignment, [0.0], 1.0)["slack"] is None
+    assert group_stops.calibrated_slack(queries, values, centres, count, assignment, [0.0], 1.0)["slack"] is None

@@ -36,7 +36,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from densehybrid.bench.scale.group_bounds import grouped, per_set
+from densehybrid.bench.scale.group_bounds import grouped
+from densehybrid.bench.scale.group_stops import per_set
 from densehybrid.bench.scale.real import encoded_queries
 from densehybrid.bench.timing import round_robin, summarize
 from densehybrid.index.building import calibration
